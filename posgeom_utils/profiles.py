@@ -1,0 +1,31 @@
+"""Named parameter sets for the chapters: ``smoke`` (tests), ``default`` (the book build), ``paper``.
+
+Chapter: *How this book is built* (README). The ``default`` profile is each notebook's own
+``parameters`` cell; the other profiles override some of its values through papermill.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROFILES: dict[str, dict[str, dict[str, Any]]] = {
+    "smoke": {
+        "positions_in_real_text": {"sample_size": 3000, "n": 128, "min_count": 20},
+    },
+    "default": {
+        "positions_in_real_text": {},
+    },
+    "paper": {
+        "positions_in_real_text": {"sample_size": None, "n": 512, "min_count": 100},
+    },
+}
+
+
+def chapter_parameters(chapter: str, profile: str = "default") -> dict[str, Any]:
+    """The papermill parameters of ``chapter`` under ``profile`` (always including ``profile``)."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+    chapters = PROFILES[profile]
+    if chapter not in chapters:
+        raise ValueError(f"chapter must be one of {sorted(chapters)}, got {chapter!r}")
+    return {"profile": profile, **chapters[chapter]}
