@@ -1,0 +1,38 @@
+# posgeom: two commands build the executed book and run the tests (see README.md).
+#   make book POSGEOM_DATA_DIR=/path/to/data     environment (.venv) + strict, executed book in _build/html
+#   make test POSGEOM_DATA_DIR=/path/to/data     the book (cached) + unit, property and notebook tests
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+
+export POSGEOM_DATA_DIR
+export POSGEOM_CACHE_DIR ?= $(CURDIR)/.cache/posgeom
+PYTEST_ARGS ?=
+
+.PHONY: env book test references bench clean
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m pip check
+	touch $@
+
+env: $(VENV)/.installed
+
+book: env
+	PY=$(PY) bash scripts/build_book.sh
+
+test: book
+	POSGEOM_PROGRESS=0 $(PY) -m pytest tests --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
+
+# re-execute every chapter with the smoke profile into tests/notebooks/*.ipynb (the nbval references)
+references: env
+	POSGEOM_PROGRESS=0 $(PY) scripts/make_references.py
+
+bench: env
+	POSGEOM_PROGRESS=0 $(PY) benchmarks/bench_marginals.py
+
+clean:
+	rm -rf _build .cache
