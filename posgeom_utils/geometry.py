@@ -1,4 +1,4 @@
-"""The Hellinger geometry of positions: distances between the rows mu_i of an n x V matrix.
+"""The Hellinger geometry of positions, classical and metric MDS, and the stress of an encoding.
 
 Chapter: *Positions in real text* (affinities between neighbouring positions) and *MDS optimality*.
 
@@ -8,6 +8,8 @@ coefficients come from one matrix product sqrt(mu) sqrt(mu)^T (sparse when mu is
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,6 +45,8 @@ def bhattacharyya(mu: ArrayLike, validate: bool = True) -> np.ndarray:
     else:
         root = np.sqrt(np.asarray(mu, dtype=np.float64))
         bc = root @ root.T
+    norms = np.sqrt(np.clip(np.diag(bc), np.finfo(float).tiny, None))
+    bc = bc / np.outer(norms, norms)  # rows summing to 1 +- rounding: identical rows give exactly 1
     bc = np.clip((bc + bc.T) / 2, 0.0, 1.0)
     np.fill_diagonal(bc, 1.0)
     return bc
@@ -66,3 +70,172 @@ def fisher_rao_distances(mu: ArrayLike, validate: bool = True) -> np.ndarray:
     D = 2.0 * np.arccos(bhattacharyya(mu, validate))
     np.fill_diagonal(D, 0.0)
     return D
+
+
+# --------------------------------------------------------------------------- distance matrices
+
+def check_distance_matrix(D: np.ndarray, name: str = "D", atol: float = 1e-9) -> np.ndarray:
+    """Validate a square, symmetric, finite, non-negative matrix with zero diagonal; return it as float64."""
+    D = np.asarray(D, dtype=np.float64)
+    if D.ndim != 2 or D.shape[0] != D.shape[1] or D.shape[0] < 1:
+        raise ValueError(f"{name} must be a square (n, n) distance matrix, got shape {D.shape}")
+    if not np.all(np.isfinite(D)):
+        raise ValueError(f"{name} contains NaN or inf")
+    if np.any(D < 0):
+        raise ValueError(f"{name} has negative entries: distances are non-negative")
+    scale = max(1.0, float(np.abs(D).max()))
+    if not np.allclose(D, D.T, atol=atol * scale, rtol=0):
+        raise ValueError(f"{name} is not symmetric (max |D - D^T| = {np.abs(D - D.T).max():.3g})")
+    if np.any(np.abs(np.diag(D)) > atol * scale):
+        raise ValueError(f"{name} has a non-zero diagonal: the distance of a position to itself is 0")
+    return D
+
+
+def pairwise_distances(P: np.ndarray, name: str = "P") -> np.ndarray:
+    """Euclidean distances between the rows of an encoding ``P`` (n x d), exact zero diagonal.
+
+    Computed from centred coordinates through the Gram matrix (one matrix product).
+    """
+    P = np.asarray(P, dtype=np.float64)
+    if P.ndim != 2 or P.shape[0] < 1:
+        raise ValueError(f"{name} must be a 2-D (n, d) encoding, got shape {P.shape}")
+    if not np.all(np.isfinite(P)):
+        raise ValueError(f"{name} contains NaN or inf")
+    X = P - P.mean(axis=0)
+    sq = np.einsum("ij,ij->i", X, X)
+    D2 = sq[:, None] + sq[None, :] - 2.0 * (X @ X.T)
+    D = np.sqrt(np.clip((D2 + D2.T) / 2, 0.0, None))
+    np.fill_diagonal(D, 0.0)
+    return D
+
+
+def double_centred_gram(D: np.ndarray) -> np.ndarray:
+    """B = -1/2 J D^2 J with J = I - 11^T / n ({prf:ref}`def-gram`). Chapter: *MDS optimality*."""
+    D = check_distance_matrix(D)
+    D2 = D * D
+    B = -0.5 * (D2 - D2.mean(axis=0)[None, :] - D2.mean(axis=1)[:, None] + D2.mean())
+    return (B + B.T) / 2
+
+
+#: a spectrum whose largest eigenvalue is below this is rounding error: rank 0 (distances are O(1))
+ABSOLUTE_EIGENVALUE_FLOOR = 1e-12
+
+
+def effective_rank(eigenvalues: np.ndarray, tol: float = 1e-9) -> int:
+    """Number of eigenvalues above ``tol`` times the largest one; 0 when the largest is rounding error."""
+    lam = np.asarray(eigenvalues, dtype=np.float64)
+    top = lam.max(initial=0.0)
+    return int(np.sum(lam > tol * top)) if top > ABSOLUTE_EIGENVALUE_FLOOR else 0
+
+
+def check_rank(r: object, n: int, name: str = "r") -> int:
+    """Validate an embedding dimension 1 <= r <= n."""
+    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 1 <= r <= n:
+        raise ValueError(f"{name} must be an integer in [1, n={n}], got {r!r}")
+    return int(r)
+
+
+@dataclass
+class MDSResult:
+    """Classical MDS of a distance matrix: coordinates and the full spectrum of B."""
+
+    P: np.ndarray  # (n, r) coordinates, columns in decreasing eigenvalue order
+    eigenvalues: np.ndarray  # all n eigenvalues of B, decreasing (negative ones included)
+    effective_rank: int  # eigenvalues above tol * largest
+    tol: float
+
+    @property
+    def r(self) -> int:
+        return self.P.shape[1]
+
+    @property
+    def negative_mass(self) -> float:
+        """Sum of |negative eigenvalues| over sum of |eigenvalues|: 0 when D is Euclidean."""
+        lam = self.eigenvalues
+        total = np.abs(lam).sum()
+        return float(np.abs(lam[lam < 0]).sum() / total) if total > 0 else 0.0
+
+
+def classical_mds(D: np.ndarray, r: int | None = None, tol: float = 1e-9) -> MDSResult:
+    """Algorithm 1 (Torgerson-Gower): the top-``r`` coordinates of B = -1/2 J D^2 J.
+
+    ``r=None`` keeps every eigenvalue above ``tol`` times the largest (the effective rank). Directions
+    with non-positive eigenvalues get zero coordinates. Chapter: *MDS optimality*.
+    """
+    B = double_centred_gram(D)
+    n = B.shape[0]
+    if r is not None:
+        check_rank(r, n)
+    lam, U = np.linalg.eigh(B)
+    lam, U = lam[::-1], U[:, ::-1]
+    rank = effective_rank(lam, tol)
+    k = max(rank, 1) if r is None else int(r)
+    P = U[:, :k] * np.sqrt(np.clip(lam[:k], 0.0, None))
+    return MDSResult(P, lam, rank, tol)
+
+
+def stress(P: np.ndarray, D: np.ndarray, scale: str = "raw") -> float:
+    """The paper's normalised stress of encoding ``P`` against ``D`` ({prf:ref}`def-stress`).
+
+    ``scale="raw"`` compares distances as they are; ``scale="fitted"`` first multiplies ``P`` by the single
+    best factor s* = sum(E D) / sum(E^2) (E: the encoding's distances), so fitted <= raw always.
+    Chapter: *MDS optimality*.
+    """
+    D = check_distance_matrix(D)
+    P = np.asarray(P)
+    if P.ndim != 2 or P.shape[0] != D.shape[0]:
+        raise ValueError(f"P must have one row per position: D is {D.shape[0]} x {D.shape[0]}, "
+                         f"P has shape {P.shape}")
+    if scale not in ("raw", "fitted"):
+        raise ValueError(f"scale must be 'raw' or 'fitted', got {scale!r}")
+    return stress_of_distances(pairwise_distances(P), D, scale)
+
+
+def stress_of_distances(E: np.ndarray, D: np.ndarray, scale: str = "raw") -> float:
+    """Normalised stress of a distance matrix ``E`` against ``D`` (for encodings given as distances)."""
+    iu = np.triu_indices(D.shape[0], 1)
+    e, t = np.asarray(E)[iu], np.asarray(D)[iu]
+    denom = float(t @ t)
+    if denom == 0:
+        raise ValueError("D is all zeros: stress is undefined (every position has the same distribution)")
+    if scale == "fitted":
+        ee = float(e @ e)
+        e = e * (float(e @ t) / ee) if ee > 0 else e
+    elif scale != "raw":
+        raise ValueError(f"scale must be 'raw' or 'fitted', got {scale!r}")
+    return float(np.sum((e - t) ** 2) / denom)
+
+
+def best_scale(E: np.ndarray, D: np.ndarray) -> float:
+    """The factor s* minimising sum_{i<j} (s E_ij - D_ij)^2."""
+    iu = np.triu_indices(np.asarray(D).shape[0], 1)
+    e, t = np.asarray(E)[iu], np.asarray(D)[iu]
+    return float(e @ t / (e @ e)) if float(e @ e) > 0 else 0.0
+
+
+def smacof(D: np.ndarray, r: int, init: np.ndarray | None = None, max_iter: int = 300,
+           eps: float = 1e-6) -> np.ndarray:
+    """Metric MDS (SMACOF, scikit-learn) at dimension ``r``, started from classical MDS by default.
+
+    Classical MDS minimises strain, not stress; SMACOF lowers the stress monotonically from its start,
+    so it never ends above the classical solution. Chapter: *MDS optimality*.
+    """
+    from sklearn.manifold import smacof as _smacof
+
+    D = check_distance_matrix(D)
+    r = check_rank(r, D.shape[0])
+    start = classical_mds(D, r).P if init is None else np.asarray(init, dtype=np.float64)
+    if start.shape != (D.shape[0], r):
+        raise ValueError(f"init must have shape ({D.shape[0]}, {r}), got {start.shape}")
+    P, _ = _smacof(D, metric=True, n_components=r, init=start, n_init=1, max_iter=max_iter, eps=eps,
+                   normalized_stress=False)
+    # the majorisation never increases stress; guard against a solver that stops early on a worse point
+    return P if stress(P, D) <= stress(start, D) else start
+
+
+def is_circulant(D: np.ndarray, atol: float = 1e-10) -> bool:
+    """True when D_ij depends only on (j - i) mod n."""
+    D = np.asarray(D)
+    n = D.shape[0]
+    idx = (np.arange(n)[None, :] - np.arange(n)[:, None]) % n
+    return bool(np.allclose(D, D[0][idx], atol=atol))

@@ -1,0 +1,246 @@
+"""Positional encodings as matrices (or, where they are not additive vectors, as distance matrices).
+
+Chapter: *MDS optimality* (each construction is derived there) and *Low rank*.
+
+- ``sinusoidal(n, d)``: Vaswani et al. (2017), rows p_i with p_i[2k] = sin(i w_k), p_i[2k+1] = cos(i w_k),
+  w_k = base^(-2k/d).
+- ``rope(n, d_head, n_heads)``: RoPE rotates each 2-D plane k of a query/key by the angle i w_k. Its
+  positional geometry is the orbit R_i x of a vector x; for x with unit norm in every plane (the isotropic
+  average gives the same squared distances) ||R_i x - R_j x||^2 = sum_k 2 (1 - cos((i - j) w_k)): the
+  sinusoidal geometry with the head's frequencies w_k = base^(-2k/d_head). Every head shares them, so
+  pooling heads multiplies distances by sqrt(n_heads).
+- ``alibi_slopes(n_heads)`` / ``alibi(n, slope)``: ALiBi adds -m_h |i - j| to the attention logits; as a
+  geometry that is the distance m_h |i - j|, realised exactly by the rank-1 encoding p_i = m_h i.
+- ``learned_position_embeddings(model)``: the learned absolute table of a Hugging Face model.
+- ``mds_encoding(D, d)`` and ``LowRankPositionalEncoding``: the paper's optimal encoding and its
+  r(n + d)-parameter factorisation P = A B^T.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from .geometry import check_distance_matrix, classical_mds
+
+
+def _positive_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def frequencies(d: int, base: float = 10000.0) -> np.ndarray:
+    """The d/2 angular frequencies w_k = base^(-2k/d) shared by sinusoidal encodings and RoPE."""
+    d = _positive_int(d, "d")
+    if d % 2:
+        raise ValueError(f"d must be even (sin/cos pairs, or RoPE rotation planes), got d={d}")
+    return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+
+
+def sinusoidal(n: int, d: int, base: float = 10000.0) -> np.ndarray:
+    """The n x d sinusoidal encoding (interleaved sin, cos). Chapter: *MDS optimality*."""
+    n = _positive_int(n, "n")
+    angles = np.arange(n, dtype=np.float64)[:, None] * frequencies(d, base)[None, :]
+    P = np.empty((n, d))
+    P[:, 0::2], P[:, 1::2] = np.sin(angles), np.cos(angles)
+    return P
+
+
+def rope(n: int, d_head: int, n_heads: int = 1, base: float = 10000.0) -> np.ndarray:
+    """RoPE's positional geometry as an n x (d_head n_heads) matrix: the orbit R_i x, x of unit norm per plane.
+
+    Distances depend on i - j only; one head equals ``sinusoidal(n, d_head, base)``. Chapter: *MDS optimality*.
+    """
+    n_heads = _positive_int(n_heads, "n_heads")
+    return np.tile(sinusoidal(n, d_head, base), (1, n_heads))
+
+
+def alibi_slopes(n_heads: int) -> np.ndarray:
+    """The standard ALiBi head slopes (Press et al., 2022), including their rule for non-powers of 2."""
+    n_heads = _positive_int(n_heads, "n_heads")
+
+    def power_of_two(h: int) -> list[float]:
+        start = 2.0 ** (-8.0 / h)
+        return [start ** (k + 1) for k in range(h)]
+
+    if n_heads & (n_heads - 1) == 0:
+        return np.array(power_of_two(n_heads))
+    closest = 2 ** int(np.floor(np.log2(n_heads)))
+    extra = power_of_two(2 * closest)[0::2][: n_heads - closest]
+    return np.array(power_of_two(closest) + extra)
+
+
+def alibi(n: int, slope: float | np.ndarray = 1.0) -> np.ndarray:
+    """ALiBi as an encoding: p_i = slope * i (one column per slope). Distances: |i - j| sqrt(sum slope^2).
+
+    A scalar slope gives one head; an array of slopes pools heads (still rank 1). Chapter: *MDS optimality*.
+    """
+    n = _positive_int(n, "n")
+    slopes = np.atleast_1d(np.asarray(slope, dtype=np.float64))
+    if not np.all(np.isfinite(slopes)) or np.any(slopes <= 0):
+        raise ValueError(f"ALiBi slopes must be positive, got {slopes}")
+    return np.arange(n, dtype=np.float64)[:, None] * slopes[None, :]
+
+
+__all__ = [
+    "frequencies", "sinusoidal", "rope", "alibi_slopes", "alibi", "learned_position_embeddings",
+    "mds_encoding", "random_encoding", "lowrank_parameter_count", "LowRankPositionalEncoding",
+]
+
+#: model types whose position ids start after the padding index (RoBERTa family: offset pad_token_id + 1)
+_OFFSET_MODELS = {"roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod", "roberta-prelayernorm"}
+
+
+def learned_position_embeddings(model: Any, n: int | None = None) -> np.ndarray:
+    """The learned absolute position table (n x d) of a Hugging Face model, as used for positions 0..n-1.
+
+    BERT-family models (``embeddings.position_embeddings``), GPT-2 (``wpe``) and RoBERTa, whose table is
+    offset by ``pad_token_id + 1`` (rows 0 and 1 are never used for real positions). A model without
+    such a table (RoPE, ALiBi, relative positions) raises ``ValueError``. Chapter: *MDS optimality*.
+    """
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", type(model).__name__)
+    kind = getattr(config, "position_embedding_type", "absolute")
+    base = getattr(model, "base_model", model)
+    table = None
+    for path in ("embeddings.position_embeddings", "wpe", "transformer.wpe", "decoder.embed_positions"):
+        obj = base
+        for attr in path.split("."):
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                break
+        if obj is not None and hasattr(obj, "weight"):
+            table = obj.weight
+            break
+    if table is None or kind not in (None, "absolute"):
+        raise ValueError(
+            f"model (model_type={model_type!r}, position_embedding_type={kind!r}) has no learned absolute "
+            f"position embeddings: use rope(...) or alibi(...) for models that encode positions in attention"
+        )
+    W = table.detach().float().cpu().numpy().astype(np.float64)
+    offset = (int(getattr(config, "pad_token_id", 1) or 0) + 1) if model_type in _OFFSET_MODELS else 0
+    usable = W.shape[0] - offset
+    n = usable if n is None else _positive_int(n, "n")
+    if n > usable:
+        raise ValueError(f"n={n} exceeds the model's {usable} learned positions")
+    return W[offset : offset + n]
+
+
+def mds_encoding(D: np.ndarray, d: int, r: int | None = None) -> np.ndarray:
+    """The paper's optimal encoding: classical MDS of D in rank ``r`` (default: all it needs, at most d),
+    padded with zero columns to width d. Chapter: *MDS optimality*.
+    """
+    D = check_distance_matrix(D)
+    d = _positive_int(d, "d")
+    result = classical_mds(D, None)
+    k = min(result.effective_rank or 1, d, D.shape[0]) if r is None else _positive_int(r, "r")
+    if k > d:
+        raise ValueError(f"r={k} exceeds the width d={d}")
+    P = classical_mds(D, k).P
+    return np.hstack([P, np.zeros((P.shape[0], d - k))])
+
+
+def random_encoding(n: int, d: int, seed: int = 0, scale: float | None = None) -> np.ndarray:
+    """A Gaussian n x d table (the baseline of an untrained learned encoding; BERT initialises with std 0.02)."""
+    rng = np.random.default_rng(seed)
+    return rng.normal(scale=0.02 if scale is None else scale, size=(_positive_int(n, "n"), _positive_int(d, "d")))
+
+
+def lowrank_parameter_count(n: int, d: int, r: int) -> int:
+    """Numbers stored by P = A B^T with A (n x r), B (d x r): r (n + d)."""
+    return r * (n + d)
+
+
+@lru_cache(maxsize=1)
+def _torch_module():
+    import torch
+    from torch import nn
+
+    class LowRankPositionalEncoding(nn.Module):
+        """A trainable positional table P = A B^T with r (n + d) parameters. Chapter: *Low rank*.
+
+        ``forward(x)`` adds P[:L] to a batch of token embeddings x of shape (batch, L, d).
+        """
+
+        def __init__(self, n: int, d: int, r: int, init_std: float = 0.02):
+            super().__init__()
+            n, d, r = _positive_int(n, "n"), _positive_int(d, "d"), _positive_int(r, "r")
+            if r > min(n, d):
+                raise ValueError(f"r={r} must be at most min(n, d) = {min(n, d)}")
+            self.n, self.d, self.r = n, d, r
+            self.A = nn.Parameter(torch.randn(n, r) * init_std)
+            self.B = nn.Parameter(torch.linalg.qr(torch.randn(d, r))[0])
+
+        @classmethod
+        def from_mds(cls, D: np.ndarray, d: int, r: int, scale: float = 1.0, seed: int = 0) -> "LowRankPositionalEncoding":
+            """Initialise from the rank-r classical MDS of D: A = scale U_r Lambda_r^(1/2), B orthonormal."""
+            coords = classical_mds(D, r).P * scale
+            module = cls(coords.shape[0], d, r)
+            gen = torch.Generator().manual_seed(seed)
+            with torch.no_grad():
+                module.A.copy_(torch.as_tensor(coords, dtype=module.A.dtype))
+                module.B.copy_(torch.linalg.qr(torch.randn(d, r, generator=gen))[0])
+            return module
+
+        def table(self) -> "torch.Tensor":
+            """The n x d matrix P = A B^T."""
+            return self.A @ self.B.T
+
+        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+            L = x.shape[-2]
+            if L > self.n:
+                raise ValueError(f"sequence length {L} exceeds the encoding's n={self.n} positions")
+            return x + self.table()[:L]
+
+        @property
+        def num_parameters(self) -> int:
+            return lowrank_parameter_count(self.n, self.d, self.r)
+
+    return LowRankPositionalEncoding
+
+
+def __getattr__(name: str) -> Any:  # torch is imported only when the module is used
+    if name == "LowRankPositionalEncoding":
+        return _torch_module()
+    raise AttributeError(name)
+
+
+def standard_encodings(D: np.ndarray, d: int, n_heads: int, learned: np.ndarray | None = None,
+                       ranks: tuple[int, ...] = (1, 2, 3, 8, 32), smacof_ranks: tuple[int, ...] = (2, 8),
+                       base: float = 10000.0, seed: int = 0) -> dict[str, np.ndarray]:
+    """Every encoding the book compares, for n = len(D) positions and width d (``n_heads`` heads).
+
+    MDS at full rank and at each r in ``ranks`` (< n), SMACOF at ``smacof_ranks``, sinusoidal (d), RoPE
+    (one head and pooled), ALiBi (steepest and shallowest head, pooled), the learned table if given, and
+    a random N(0, 0.02^2) table. Chapter: *MDS optimality*.
+    """
+    from .geometry import smacof
+
+    D = check_distance_matrix(D)
+    n = D.shape[0]
+    if d % n_heads:
+        raise ValueError(f"d={d} must be divisible by n_heads={n_heads}")
+    d_head = d // n_heads
+    out: dict[str, np.ndarray] = {"MDS, full rank": classical_mds(D).P}
+    for r in ranks:
+        if r < n:
+            out[f"MDS, r = {r}"] = classical_mds(D, r).P
+    for r in smacof_ranks:
+        if r < n:
+            out[f"SMACOF, r = {r}"] = smacof(D, r)
+    out[f"sinusoidal, d = {d}"] = sinusoidal(n, d, base)
+    out[f"RoPE, one head (d_head = {d_head})"] = rope(n, d_head, 1, base)
+    out[f"RoPE, {n_heads} heads pooled"] = rope(n, d_head, n_heads, base)
+    slopes = alibi_slopes(n_heads)
+    out[f"ALiBi, steepest head (m = {slopes.max():.3g})"] = alibi(n, slopes.max())
+    out[f"ALiBi, shallowest head (m = {slopes.min():.3g})"] = alibi(n, slopes.min())
+    out[f"ALiBi, {n_heads} heads pooled"] = alibi(n, slopes)
+    if learned is not None:
+        if learned.shape[0] < n:
+            raise ValueError(f"learned table has {learned.shape[0]} rows, need n={n}")
+        out["learned (pre-trained)"] = np.asarray(learned[:n])
+    out["random N(0, 0.02²)"] = random_encoding(n, d, seed=seed)
+    return out

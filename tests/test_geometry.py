@@ -1,0 +1,490 @@
+"""Property tests of posgeom_utils.geometry: the statements of the *MDS optimality* chapter.
+
+Each test checks one statement of a theorem box (the book links to these function names): Hellinger is a
+Euclidean metric in [0, 1], full-rank classical MDS reproduces it exactly, the stress is invariant under
+rigid motions, fitting the scale never hurts, SMACOF never ends above classical MDS, circulant geometries
+have Fourier coordinates, and planted ranks are recovered. The basics of ``hellinger_distances`` (direct
+formula, sparse input, bad ``mu``) are in test_geometry_basics.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posgeom_utils.corpus import synthetic_mu
+from posgeom_utils.geometry import (
+    check_distance_matrix,
+    classical_mds,
+    double_centred_gram,
+    effective_rank,
+    fisher_rao_distances,
+    hellinger_distances,
+    is_circulant,
+    pairwise_distances,
+    smacof,
+    stress,
+    stress_of_distances,
+)
+
+PROPERTY = settings(max_examples=30, deadline=None)
+
+#: d_H = sqrt(1 - BC) cannot resolve distances below ~sqrt(machine eps) = 1.5e-8 (1 - BC cancels), so a
+#: true distance of 1e-9 between two almost identical rows comes out as 0: the triangle inequality holds
+#: to that precision, not to 1e-9 (hypothesis finds such rows: Dirichlet(0.05) over V = 2 tokens)
+TRIANGLE_SLACK = 1e-9 + 2 * np.sqrt(np.finfo(np.float64).eps)
+
+
+# --------------------------------------------------------------------------- helpers
+
+def dirichlet_mu(seed: int, n: int, V: int, alpha: float = 1.0, sparsity: float = 0.0) -> np.ndarray:
+    """n random probability rows over V tokens; ``sparsity`` zeroes that fraction of the entries."""
+    rng = np.random.default_rng(seed)
+    mu = rng.dirichlet(np.full(V, alpha), size=n)
+    if sparsity > 0:
+        mu[rng.random(mu.shape) < sparsity] = 0.0
+        mu[np.arange(n), rng.integers(0, V, n)] += 1e-3  # every row keeps some mass
+        mu /= mu.sum(axis=1, keepdims=True)
+    return mu
+
+
+@st.composite
+def random_mu(draw, min_n: int = 2, max_n: int = 12):
+    """Random (n, V) probability rows: Dirichlet with a drawn concentration, sometimes with exact zeros."""
+    n = draw(st.integers(min_n, max_n))
+    V = draw(st.integers(2, 40))
+    alpha = draw(st.sampled_from([0.05, 0.3, 1.0, 5.0]))
+    sparsity = draw(st.sampled_from([0.0, 0.0, 0.5, 0.8]))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return dirichlet_mu(seed, n, V, alpha, sparsity)
+
+
+def random_orthogonal(rng: np.random.Generator, d: int) -> np.ndarray:
+    Q, R = np.linalg.qr(rng.normal(size=(d, d)))
+    return Q * np.sign(np.diag(R))  # Haar-distributed
+
+
+def random_dissimilarity(seed: int, n: int) -> np.ndarray:
+    """A symmetric non-negative matrix with zero diagonal and nothing else (not metric, not Euclidean)."""
+    rng = np.random.default_rng(seed)
+    D = rng.exponential(size=(n, n))
+    D = np.triu(D, 1)
+    return D + D.T
+
+
+def wheel_graph_distances() -> np.ndarray:
+    """Shortest paths on a 4-cycle plus a centre joined to every cycle vertex (not Euclidean-embeddable)."""
+    D = np.array([[0, 1, 2, 1], [1, 0, 1, 2], [2, 1, 0, 1], [1, 2, 1, 0]], dtype=float)
+    return np.block([[D, np.ones((4, 1))], [np.ones((1, 4)), np.zeros((1, 1))]])
+
+
+def fourier_residual(v: np.ndarray, k: int) -> float:
+    """Relative distance of v (length n) from span{cos(2 pi k i / n), sin(2 pi k i / n)}."""
+    n = v.shape[0]
+    angle = 2 * np.pi * k * np.arange(n) / n
+    basis = np.column_stack([np.cos(angle), np.sin(angle)])
+    Q, R = np.linalg.qr(basis)
+    Q = Q[:, np.abs(np.diag(R)) > 1e-8]  # k = 0 and k = n/2 have no sine
+    return float(np.linalg.norm(v - Q @ (Q.T @ v)) / np.linalg.norm(v))
+
+
+def check_fourier_columns(columns: np.ndarray, column_eigenvalues: np.ndarray, B: np.ndarray,
+                          rel_gap: float = 1e-6, tol: float = 1e-8) -> int:
+    """Every column whose eigenvalue belongs to a single, well-separated Fourier mode k lies in mode k.
+
+    ``B`` is the circulant Gram matrix: its mode-k eigenvalue is the DFT of its first row at k. Returns
+    the number of columns checked.
+    """
+    n = B.shape[0]
+    dft = np.fft.fft(B[0])
+    assert np.abs(dft.imag).max() <= 1e-10 * max(1.0, np.abs(dft).max())
+    mode_eigenvalues = dft.real[: n // 2 + 1]  # mode k and mode n - k share an eigenvalue
+    scale = np.abs(mode_eigenvalues).max()
+    checked = 0
+    for col, lam in zip(columns.T, column_eigenvalues):
+        if np.linalg.norm(col) == 0:
+            continue
+        k = int(np.argmin(np.abs(mode_eigenvalues - lam)))
+        others = np.delete(mode_eigenvalues, k)
+        gap = np.abs(others - mode_eigenvalues[k]).min() if others.size else np.inf
+        if gap <= rel_gap * scale or abs(lam - mode_eigenvalues[k]) > 1e-9 * scale:
+            continue  # (accidentally) degenerate with another mode: any mixture is an eigenvector
+        assert fourier_residual(col, k) < tol, f"column with eigenvalue {lam:.6g} is not Fourier mode {k}"
+        checked += 1
+    return checked
+
+
+# --------------------------------------------------------------------------- Hellinger geometry
+
+@PROPERTY
+@given(random_mu(min_n=1))
+def test_hellinger_is_a_metric_in_unit_interval(mu):
+    """d_H is a metric with values in [0, 1]: symmetric, zero diagonal, triangle inequality."""
+    D = hellinger_distances(mu)
+    n = mu.shape[0]
+    assert D.shape == (n, n)
+    assert np.array_equal(D, D.T)
+    assert np.all(np.diag(D) == 0.0)
+    assert np.all((D >= 0.0) & (D <= 1.0))
+    for k in range(n):  # d(i, j) <= d(i, k) + d(k, j) for every k at once
+        assert np.all(D <= D[:, [k]] + D[[k], :] + TRIANGLE_SLACK)
+    # away from that cancellation the slack is 1e-9: check the rows whose distances are all resolved
+    off = ~np.eye(n, dtype=bool)
+    if n > 1 and D[off].min() > 1e-4:
+        for k in range(n):
+            assert np.all(D <= D[:, [k]] + D[[k], :] + 1e-9)
+
+
+@PROPERTY
+@given(random_mu())
+def test_hellinger_gram_is_psd(mu):
+    """Hellinger is Euclidean (d_H = ||sqrt p - sqrt q|| / sqrt 2), so B = -1/2 J D_H^2 J is PSD."""
+    B = double_centred_gram(hellinger_distances(mu))
+    lam = np.linalg.eigvalsh(B)
+    assert lam.max() >= 0
+    assert lam.min() >= -1e-10 * max(lam.max(), 1e-300)
+
+
+@PROPERTY
+@given(random_mu())
+def test_full_rank_mds_has_zero_stress(mu):
+    """Classical MDS at the effective rank (or at r = n) reproduces a Euclidean D exactly: stress 0."""
+    D = hellinger_distances(mu)
+    n = D.shape[0]
+    if not D.any():
+        return  # every row identical: stress is undefined (covered by the bad-input tests)
+    result = classical_mds(D)
+    assert result.P.shape == (n, max(result.effective_rank, 1))
+    assert stress(result.P, D) < 1e-10
+    assert stress(result.P, D, "fitted") < 1e-10
+    full = classical_mds(D, r=n)
+    assert full.P.shape == (n, n)
+    assert stress(full.P, D) < 1e-10
+    # squared distances: exact at r = n; at the effective rank off by the dropped eigenvalues (< tol * top)
+    np.testing.assert_allclose(pairwise_distances(full.P) ** 2, D**2, rtol=0, atol=1e-12)
+    top = result.eigenvalues[0]
+    np.testing.assert_allclose(pairwise_distances(result.P) ** 2, D**2, rtol=0, atol=4 * n * result.tol * top + 1e-12)
+
+
+# --------------------------------------------------------------------------- stress
+
+@PROPERTY
+@given(random_mu(min_n=3), st.integers(1, 6), st.integers(0, 2**32 - 1))
+def test_stress_invariant_under_rotation_and_translation(mu, d, seed):
+    """stress(P Q + t, D) = stress(P, D) for every orthogonal Q and translation t (raw and fitted)."""
+    rng = np.random.default_rng(seed)
+    D = hellinger_distances(mu)
+    if not D.any():
+        return
+    n = D.shape[0]
+    P = rng.normal(scale=rng.choice([0.01, 0.3, 3.0]), size=(n, d))
+    Q = random_orthogonal(rng, d)
+    t = rng.normal(scale=10.0, size=(1, d))
+    for scale in ("raw", "fitted"):
+        before, after = stress(P, D, scale), stress(P @ Q + t, D, scale)
+        assert after == pytest.approx(before, rel=1e-10, abs=1e-14)
+
+
+@PROPERTY
+@given(random_mu(min_n=3), st.integers(1, 5), st.integers(0, 2**32 - 1))
+def test_fitted_stress_at_most_raw(mu, d, seed):
+    """Fitting the single scale s* can only lower the stress, and makes it scale-invariant (raw is not)."""
+    rng = np.random.default_rng(seed)
+    D = hellinger_distances(mu)
+    if not D.any():
+        return
+    n = D.shape[0]
+    P = rng.normal(size=(n, d))
+    if not pairwise_distances(P).any():
+        return
+    factors = [1e-3, 0.1, 0.5, 1.0, 2.0, 30.0]
+    fitted = stress(P, D, "fitted")
+    raw = [stress(c * P, D, "raw") for c in factors]
+    for c, raw_c in zip(factors, raw):
+        fitted_c = stress(c * P, D, "fitted")
+        assert fitted_c <= raw_c + 1e-12
+        assert fitted_c == pytest.approx(fitted, rel=1e-9, abs=1e-14)  # scale-invariant
+        assert fitted <= raw_c + 1e-12  # fitted stress is the minimum over all scales
+    # raw stress is a quadratic a c^2 - 2 b c + 1 in c with a > 0: it takes each value at most twice
+    assert max(raw) - min(raw) > 1e-6
+
+
+# --------------------------------------------------------------------------- SMACOF vs classical MDS
+
+@PROPERTY
+@given(random_mu(min_n=4, max_n=10), st.integers(0, 2**32 - 1))
+def test_smacof_never_worse_than_classical(mu, seed):
+    """SMACOF started from classical MDS never ends with a larger stress, Euclidean D or not."""
+    n = mu.shape[0]
+    matrices = {
+        "hellinger": hellinger_distances(mu),
+        "fisher-rao": fisher_rao_distances(mu),  # a metric, but not Euclidean
+        "arbitrary": random_dissimilarity(seed, n),  # symmetric, zero diagonal, nothing else
+    }
+    for name, D in matrices.items():
+        if not D.any():
+            continue
+        for r in (1, 2, 3):
+            P = smacof(D, r)
+            assert P.shape == (n, r)
+            classical = stress(classical_mds(D, r).P, D)
+            assert stress(P, D) <= classical + 1e-12, (name, r)
+
+
+def test_smacof_improves_on_non_euclidean_input():
+    """On a non-Euclidean D SMACOF does lower the stress of classical MDS (it is not a no-op)."""
+    gains = []
+    for seed in range(5):
+        D = random_dissimilarity(seed, 12)
+        for r in (1, 2, 3):
+            gains.append(stress(classical_mds(D, r).P, D) - stress(smacof(D, r), D))
+    assert min(gains) >= -1e-12
+    assert max(gains) > 1e-3
+
+
+# --------------------------------------------------------------------------- circulant geometries
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("n", [12, 17])
+def test_mds_of_circulant_matrix_has_fourier_eigenvectors(seed, n):
+    """A shift-invariant D (D_ij = f((i - j) mod n)) has a circulant B: its eigenvalues are the DFT of
+    B's first row and its eigenvectors (hence MDS coordinates) are Fourier modes cos/sin(2 pi k i / n).
+    """
+    rng = np.random.default_rng(seed)
+    offsets = (np.arange(n)[None, :] - np.arange(n)[:, None]) % n
+    m = np.arange(n)
+
+    # (a) chord distances of a curve with a few random harmonics: Euclidean, low rank
+    harmonics = rng.choice(np.arange(1, n // 2), size=3, replace=False)
+    amplitude = rng.uniform(0.3, 2.0, size=3)
+    phase = rng.uniform(0, 2 * np.pi, size=3)
+    curve = np.hstack([a * np.column_stack([np.cos(2 * np.pi * h * m / n + p), np.sin(2 * np.pi * h * m / n + p)])
+                       for h, a, p in zip(harmonics, amplitude, phase)])
+    euclidean = pairwise_distances(curve)
+    # (b) f(k) = |sin(pi k / n)| plus random cosine bumps: generic, full rank, not Euclidean
+    f = np.abs(np.sin(np.pi * m / n)) + sum(rng.uniform(0, 0.5) * (1 - np.cos(2 * np.pi * h * m / n))
+                                             for h in range(1, 4))
+    generic = f[offsets]
+
+    for D, expected_rank in ((euclidean, 6), (generic, None)):
+        D = (D + D.T) / 2
+        np.fill_diagonal(D, 0.0)
+        assert is_circulant(D)
+        B = double_centred_gram(D)
+        assert is_circulant(B)
+        lam, U = np.linalg.eigh(B)
+        dft = np.fft.fft(B[0])
+        np.testing.assert_allclose(np.sort(lam), np.sort(dft.real), rtol=0, atol=1e-10 * np.abs(lam).max())
+        checked = check_fourier_columns(U, lam, B)
+        result = classical_mds(D)
+        if expected_rank is not None:
+            assert result.effective_rank == expected_rank
+            assert checked >= expected_rank
+        else:
+            assert checked >= n // 2  # the generic spectrum separates most modes
+        assert check_fourier_columns(result.P, result.eigenvalues[: result.r], B) >= min(result.r, 4)
+
+    # the 'shift' synthetic corpus: von Mises bumps moving round a token circle (n divides V)
+    D = hellinger_distances(synthetic_mu("shift", n=16, V=64))
+    assert is_circulant(D)
+    B = double_centred_gram(D)
+    result = classical_mds(D)
+    assert result.effective_rank >= 4
+    assert check_fourier_columns(result.P, result.eigenvalues[: result.r], B) >= 6
+    np.testing.assert_allclose(np.sort(result.eigenvalues), np.sort(np.fft.fft(B[0]).real), rtol=0,
+                               atol=1e-10 * result.eigenvalues.max())
+
+
+# --------------------------------------------------------------------------- agreement, ranks, Fisher-Rao
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_classical_mds_matches_sklearn(seed):
+    """classical_mds agrees with scikit-learn's ClassicalMDS (distances of the r-dimensional embedding)."""
+    from sklearn.manifold import ClassicalMDS
+
+    D = hellinger_distances(dirichlet_mu(seed, 14, 30, alpha=0.5))
+    for r in (1, 2, 3, 5, 8):
+        ours = classical_mds(D, r).P
+        theirs = ClassicalMDS(n_components=r, metric="precomputed").fit_transform(D)
+        assert theirs.shape == ours.shape
+        np.testing.assert_allclose(pairwise_distances(ours), pairwise_distances(theirs), rtol=0, atol=1e-8)
+        # the coordinates themselves agree up to the sign of each column
+        np.testing.assert_allclose(np.abs(ours), np.abs(theirs), rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_effective_rank_and_negative_eigenvalues(k):
+    """A D realised in R^k has effective rank k and no negative eigenvalue; a non-Euclidean D has one."""
+    rng = np.random.default_rng(k)
+    P0 = rng.normal(size=(20, k))
+    result = classical_mds(pairwise_distances(P0))
+    assert result.effective_rank == k
+    assert result.P.shape == (20, k)
+    assert result.negative_mass < 1e-12
+    assert result.effective_rank == effective_rank(result.eigenvalues, result.tol)
+    assert np.all(np.diff(result.eigenvalues) <= 0)  # decreasing
+
+    wheel = classical_mds(wheel_graph_distances())
+    assert wheel.eigenvalues.min() < -1e-3
+    assert wheel.negative_mass > 1e-3
+
+    D = 1.0 + rng.random((30, 30))  # entries in [1, 2]: a metric, but not Euclidean
+    D = np.triu(D, 1)
+    D = D + D.T
+    random_metric = classical_mds(D)
+    assert random_metric.eigenvalues.min() < 0
+    assert random_metric.negative_mass > 1e-3
+    assert effective_rank(np.zeros(5)) == 0
+
+
+def test_fisher_rao_vs_hellinger():
+    """FR = 2 arccos(1 - d_H^2) = 4 arcsin(d_H / sqrt 2) >= 2 sqrt 2 d_H (arc vs chord), equal as d_H -> 0."""
+    for seed in range(4):
+        mu = dirichlet_mu(seed, 10, 25, alpha=0.3, sparsity=0.3 * (seed % 2))
+        H, F = hellinger_distances(mu), fisher_rao_distances(mu)
+        np.testing.assert_allclose(F, 2 * np.arccos(1 - H**2), rtol=0, atol=1e-10)
+        np.testing.assert_allclose(F, 4 * np.arcsin(H / np.sqrt(2)), rtol=0, atol=1e-8)
+        assert np.all(F >= 2 * np.sqrt(2) * H - 1e-12)
+    # the ratio FR / (2 sqrt 2 d_H) = theta / (2 sin(theta / 2)) decreases to 1 like 1 + d_H^2 / 3
+    p, q = dirichlet_mu(7, 2, 25)
+    ratios, hellinger = [], []
+    for t in (0.5, 1e-1, 1e-2, 1e-3):
+        mu = np.stack([p, (1 - t) * p + t * q])
+        h, f = hellinger_distances(mu)[0, 1], fisher_rao_distances(mu)[0, 1]
+        ratios.append(f / (2 * np.sqrt(2) * h))
+        hellinger.append(h)
+    ratios, hellinger = np.array(ratios), np.array(hellinger)
+    assert np.all(np.diff(hellinger) < 0)
+    assert np.all(ratios >= 1 - 1e-9)
+    assert np.all(np.diff(ratios) < 1e-9)
+    assert np.all(ratios - 1 <= hellinger**2 / 3 * 1.01 + 1e-9)
+    assert ratios[-1] - 1 < 1e-6
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_lowrank_planted_synthetic_corpus(k):
+    """The 'lowrank' corpus mixes k disjoint-support distributions, so rank(B) <= k for its Hellinger D."""
+    D = hellinger_distances(synthetic_mu("lowrank", n=40, V=200, rank=k))
+    result = classical_mds(D, tol=1e-9)
+    assert result.effective_rank <= k, (
+        f"rank={k} corpus: effective rank {result.effective_rank}, max D = {D.max():.3g}, "
+        f"top eigenvalues {result.eigenvalues[:k + 2]}")
+
+
+# --------------------------------------------------------------------------- bad input
+
+def _callers(P: np.ndarray | None = None):
+    """Every public entry point that validates a distance matrix D."""
+    return [
+        check_distance_matrix,
+        double_centred_gram,
+        classical_mds,
+        lambda D: smacof(D, 1),
+        lambda D: stress(np.zeros((np.shape(D)[0], 2)) if P is None else P, D),
+    ]
+
+
+@pytest.mark.parametrize("caller", range(5))
+def test_rejects_non_square_distance_matrix(caller):
+    for D in (np.zeros((3, 4)), np.zeros(3), np.zeros((0, 0))):
+        with pytest.raises(ValueError, match="D must be a square"):
+            _callers()[caller](D)
+
+
+@pytest.mark.parametrize("caller", range(5))
+def test_rejects_asymmetric_distance_matrix(caller):
+    D = np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 1.0], [2.5, 1.0, 0.0]])
+    with pytest.raises(ValueError, match="D is not symmetric"):
+        _callers()[caller](D)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("caller", range(5))
+def test_rejects_non_finite_distance_matrix(caller, bad):
+    D = np.array([[0.0, 1.0, bad], [1.0, 0.0, 1.0], [bad, 1.0, 0.0]])
+    with pytest.raises(ValueError, match="D contains NaN or inf"):
+        _callers()[caller](D)
+
+
+@pytest.mark.parametrize("caller", range(5))
+def test_rejects_negative_distances(caller):
+    D = np.array([[0.0, -1.0, 2.0], [-1.0, 0.0, 1.0], [2.0, 1.0, 0.0]])
+    with pytest.raises(ValueError, match="D has negative entries"):
+        _callers()[caller](D)
+
+
+@pytest.mark.parametrize("caller", range(5))
+def test_rejects_non_zero_diagonal(caller):
+    D = np.array([[0.0, 1.0, 2.0], [1.0, 0.1, 1.0], [2.0, 1.0, 0.0]])
+    with pytest.raises(ValueError, match="D has a non-zero diagonal"):
+        _callers()[caller](D)
+
+
+@pytest.mark.parametrize("r", [0, -1])
+def test_rejects_r_below_one(r):
+    D = hellinger_distances(dirichlet_mu(0, 5, 8))
+    with pytest.raises(ValueError, match=r"r must be an integer in \[1, n=5\]"):
+        classical_mds(D, r)
+    with pytest.raises(ValueError, match=r"r must be an integer"):
+        smacof(D, r)
+
+
+def test_rejects_r_above_n():
+    D = hellinger_distances(dirichlet_mu(0, 5, 8))
+    classical_mds(D, 5)  # r = n is fine
+    with pytest.raises(ValueError, match=r"r must be an integer in \[1, n=5\], got 6"):
+        classical_mds(D, 6)
+    with pytest.raises(ValueError, match=r"r must be an integer in \[1, n=5\]"):
+        smacof(D, 6)
+
+
+@pytest.mark.parametrize("r", [2.0, np.float64(2.0), "2", True, [2]])
+def test_rejects_r_not_int(r):
+    D = hellinger_distances(dirichlet_mu(0, 5, 8))
+    assert classical_mds(D, np.int64(2)).P.shape == (5, 2)  # numpy integers are fine
+    with pytest.raises(ValueError, match="r must be an integer"):
+        classical_mds(D, r)
+    with pytest.raises(ValueError, match="r must be an integer"):
+        smacof(D, r)
+
+
+@pytest.mark.parametrize("r", [0, 6, 2.0])
+def test_smacof_rejects_bad_r_with_init(r):
+    """smacof validates r even when it is given a start (init of matching shape)."""
+    D = hellinger_distances(dirichlet_mu(0, 5, 8))
+    init = np.random.default_rng(0).normal(size=(5, int(r)))
+    with pytest.raises(ValueError, match="r must be an integer"):
+        smacof(D, r, init=init)
+
+
+def test_stress_rejects_wrong_number_of_rows():
+    D = hellinger_distances(dirichlet_mu(0, 5, 8))
+    for P in (np.zeros((4, 2)), np.zeros((6, 2)), np.zeros(5), np.zeros((5, 2, 1))):
+        with pytest.raises(ValueError, match="P must have one row per position"):
+            stress(P, D)
+
+
+def test_stress_rejects_unknown_scale():
+    D = hellinger_distances(dirichlet_mu(0, 5, 8))
+    P = np.random.default_rng(0).normal(size=(5, 2))
+    for bad in ("bogus", "Fitted", None):
+        with pytest.raises(ValueError, match="scale must be 'raw' or 'fitted'"):
+            stress(P, D, bad)
+        with pytest.raises(ValueError, match="scale must be 'raw' or 'fitted'"):
+            stress_of_distances(pairwise_distances(P), D, bad)
+
+
+def test_smacof_rejects_init_of_wrong_shape():
+    D = hellinger_distances(dirichlet_mu(0, 5, 8))
+    for init in (np.zeros((5, 3)), np.zeros((4, 2)), np.zeros(10)):
+        with pytest.raises(ValueError, match=r"init must have shape \(5, 2\)"):
+            smacof(D, 2, init=init)
+
+
+def test_stress_rejects_all_zero_distances():
+    P = np.random.default_rng(0).normal(size=(4, 2))
+    for scale in ("raw", "fitted"):
+        with pytest.raises(ValueError, match="D is all zeros"):
+            stress(P, np.zeros((4, 4)), scale)
