@@ -11,12 +11,16 @@ from typing import Any
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "smoke": {
         "positions_in_real_text": {"sample_size": 3000, "n": 128, "min_count": 20},
+        "mds_optimality": {"sample_size": 3000, "n": 64, "min_count": 20, "synthetic_n": 32,
+                           "synthetic_sequences": 1000},
     },
     "default": {
         "positions_in_real_text": {},
+        "mds_optimality": {},
     },
     "paper": {
         "positions_in_real_text": {"sample_size": None, "n": 512, "min_count": 100},
+        "mds_optimality": {"sample_size": None, "n": 512, "min_count": 100, "synthetic_sequences": 20000},
     },
 }
 
