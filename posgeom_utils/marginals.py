@@ -3,8 +3,9 @@
 Chapter: *Positions in real text*.
 
 ``mu_i(v)`` is the fraction of the sequences reaching position ``i`` whose token there is ``v``.
-The counting is vectorised (one ``np.bincount`` over flat keys ``i * V + v`` per buffer of tokens), so
-its cost is a small fraction of tokenizing, and memory stays O(n V + buffer) whatever the corpus size.
+The counting is vectorised (one ``np.unique`` over flat keys ``i * V + v`` per buffer of tokens, summed
+into a sparse matrix), so its cost is a small fraction of tokenizing, and memory stays
+O(nnz + buffer) <= O(n V + buffer) whatever the corpus size.
 
 Choices, all explicit parameters:
 
@@ -168,12 +169,16 @@ class _Encoder:
 
 
 class _Counter:
-    """Accumulates flat keys ``i * V + v`` and folds them into dense counts with one bincount per buffer."""
+    """Accumulates flat keys ``i * V + v`` and folds them into sparse counts, one sort per buffer.
+
+    Counting is sparse (``np.unique`` on the buffered keys, then a CSR matrix), so memory is the buffer plus
+    the non-zero counts, never a dense n x V array.
+    """
 
     def __init__(self, n: int, V: int, buffer_tokens: int):
         self.n, self.V, self.buffer_tokens = n, V, buffer_tokens
         self.dtype = np.int32 if n * V < 2**31 else np.int64
-        self.counts: np.ndarray | None = None
+        self.counts = sp.csr_array((n, V), dtype=np.int64)
         self.pending: list[np.ndarray] = []
         self.pending_size = 0
         self.support_hist = np.zeros(n + 1, dtype=np.int64)
@@ -198,18 +203,18 @@ class _Counter:
             return
         keys = np.concatenate(self.pending)
         self.pending, self.pending_size = [], 0
-        binned = np.bincount(keys, minlength=self.n * self.V)
-        if self.counts is None:
-            self.counts = binned
-        else:
-            self.counts += binned
+        unique, counts = np.unique(keys, return_counts=True)
+        rows = unique // self.V
+        indptr = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=self.n), out=indptr[1:])
+        batch = sp.csr_array((counts.astype(np.int64), (unique - rows * self.V).astype(np.int32), indptr),
+                             shape=(self.n, self.V))
+        self.counts = batch if self.counts.nnz == 0 else (self.counts + batch).tocsr()
 
     def result(self, params: dict) -> PositionalMarginals:
         self.flush()
-        dense = self.counts if self.counts is not None else np.zeros(self.n * self.V, dtype=np.int64)
-        counts = sp.csr_array(dense.reshape(self.n, self.V).astype(np.int64))
         support = self.support_hist[::-1].cumsum()[::-1][1:]  # sequences with length > i
-        return PositionalMarginals(counts, support.astype(np.int64), self.length_hist, params)
+        return PositionalMarginals(self.counts, support.astype(np.int64), self.length_hist, params)
 
 
 def _positions(lengths: np.ndarray, n: int, prefix: list[int], suffix: list[int], align: str):

@@ -1,0 +1,78 @@
+"""Supervised tasks built from real corpora, for the training chapters.
+
+Chapter: *Low rank* (order detection on SST-2); the necessity chapter reuses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .corpus import Corpus, check_texts
+
+
+@dataclass
+class TokenTask:
+    """Padded token ids (pad = 0) over a compact vocabulary, with labels and a train/eval split."""
+
+    X_train: torch.Tensor
+    y_train: torch.Tensor
+    X_eval: torch.Tensor
+    y_eval: torch.Tensor
+    vocab_size: int
+    max_len: int
+    description: str
+
+
+def padded_ids(texts: Corpus | list[str], tokenizer: Any, max_len: int) -> np.ndarray:
+    """Token ids of each text without special tokens, truncated to ``max_len`` and right-padded with 0."""
+    texts = check_texts(texts)
+    ids = tokenizer(texts, add_special_tokens=False, truncation=True, max_length=max_len, padding="max_length",
+                    return_tensors="np")["input_ids"].astype(np.int64)
+    pad = tokenizer.pad_token_id or 0
+    return np.where(ids == pad, -1, ids)  # -1 marks padding until the vocabulary is compacted
+
+
+def shuffle_within(ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Permute the real tokens of every row at random (vectorised), leaving padding (-1) at the end."""
+    keys = rng.random(ids.shape)
+    keys[ids < 0] = np.inf
+    return np.take_along_axis(ids, np.argsort(keys, axis=1), axis=1)
+
+
+def order_task(corpus: Corpus, tokenizer: Any, max_len: int = 32, min_len: int = 5, size: int | None = 8000,
+               eval_fraction: float = 0.2, seed: int = 0) -> TokenTask:
+    """Original (label 0) or shuffled (label 1)? Each distinct text of at least ``min_len`` tokens appears once,
+    shuffled with probability 1/2 (shuffles that happen to restore the order are redrawn away: such rows are
+    dropped). The bag of tokens is the same in both classes, so only word order can solve it.
+    Chapter: *Low rank*.
+    """
+    if not 2 <= min_len <= max_len:
+        raise ValueError(f"need 2 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+    rng = np.random.default_rng(seed)
+    ids = padded_ids(corpus, tokenizer, max_len)
+    ids = ids[(ids >= 0).sum(1) >= min_len]
+    ids = np.unique(ids, axis=0)  # SST-2 repeats some texts: a sentence must not be in both train and eval
+    ids = ids[rng.permutation(len(ids))]
+    if size is not None and len(ids) > size:
+        ids = ids[:size]
+    if len(ids) < 10:
+        raise ValueError(f"only {len(ids)} texts have at least min_len={min_len} tokens: lower min_len")
+    labels = rng.random(len(ids)) < 0.5
+    shuffled = shuffle_within(ids, rng)
+    changed = np.any(shuffled != ids, axis=1)
+    X = np.where(labels[:, None], shuffled, ids)[changed | ~labels]
+    y = labels[changed | ~labels].astype(np.int64)
+    vocab, X = np.unique(X, return_inverse=True)  # compact vocabulary; -1 (padding) becomes 0
+    X = X.reshape(-1, max_len)
+    if vocab[0] != -1:  # no padding at all: shift so that 0 stays reserved for padding
+        X = X + 1
+    order = rng.permutation(len(X))
+    split = int(len(X) * (1 - eval_fraction))
+    tr, ev = order[:split], order[split:]
+    t = lambda a: torch.as_tensor(a)  # noqa: E731
+    return TokenTask(t(X[tr]), t(y[tr]), t(X[ev]), t(y[ev]), int(X.max()) + 1, max_len,
+                     f"{corpus.name}/{corpus.split}: original vs shuffled word order")

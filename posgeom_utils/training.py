@@ -1,0 +1,153 @@
+"""Training with seeds, a device choice, periodic evaluation, atomic checkpoints and automatic resume.
+
+Chapter: *Low rank* (training demonstration); reused by the separation and monotonicity chapters.
+
+A run is identified by its ``checkpoint_dir``: if a checkpoint is there, training resumes from it (model,
+optimiser, step, batch-sampling state and history), so an interrupted run finishes with the same weights
+as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .cache import atomic_write
+from .models import select_device
+from .seeding import seed_everything
+from .settings import progress
+
+
+@dataclass
+class TrainConfig:
+    """What a training run needs besides the model and the data."""
+
+    steps: int = 300
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    seed: int = 0
+    device: str = "auto"
+    eval_every: int = 50
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 100
+    amp: bool = True  # bfloat16 autocast on CUDA only
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "eval_every", "checkpoint_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+
+
+@dataclass
+class History:
+    """Metrics recorded during training (one entry per evaluation)."""
+
+    step: list[int] = field(default_factory=list)
+    train_loss: list[float] = field(default_factory=list)
+    eval_loss: list[float] = field(default_factory=list)
+    eval_accuracy: list[float] = field(default_factory=list)
+
+    def final_accuracy(self) -> float:
+        return self.eval_accuracy[-1] if self.eval_accuracy else float("nan")
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy of a classifier on (X, y); the model's train/eval mode is kept."""
+    if len(X) == 0 or len(X) != len(y):
+        raise ValueError(f"X and y must be non-empty and of equal length, got {len(X)} and {len(y)}")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    losses, correct = [], 0
+    for start in range(0, len(X), batch_size):
+        xb, yb = X[start : start + batch_size].to(device), y[start : start + batch_size].to(device)
+        logits = model(xb).float()
+        losses.append(F.cross_entropy(logits, yb, reduction="sum").item())
+        correct += (logits.argmax(-1) == yb).sum().item()
+    model.train(was_training)
+    return sum(losses) / len(X), correct / len(X)
+
+
+def _checkpoint_path(config: TrainConfig) -> Path | None:
+    return Path(config.checkpoint_dir) / "checkpoint.pt" if config.checkpoint_dir else None
+
+
+#: settings that must match when a run resumes from a checkpoint (``steps`` may grow)
+_RESUME_KEYS = ("batch_size", "lr", "weight_decay", "seed")
+
+
+def _save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, generator: torch.Generator,
+          history: History, config: TrainConfig, running: list[float]) -> None:
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+             "generator": generator.get_state(), "history": asdict(history), "config": asdict(config),
+             "running": list(running)}
+    atomic_write(path, lambda tmp: torch.save(state, tmp))
+
+
+def train_classifier(model: nn.Module, X_train: torch.Tensor, y_train: torch.Tensor, X_eval: torch.Tensor,
+                     y_eval: torch.Tensor, config: TrainConfig,
+                     callback: Callable[[int, nn.Module], None] | None = None) -> History:
+    """Train ``model`` with AdamW on seeded random batches; evaluate every ``eval_every`` steps.
+
+    ``callback(step, model)`` runs at step 0 and after every evaluation (e.g. to record position vectors).
+    With ``checkpoint_dir`` set, a checkpoint is written atomically every ``checkpoint_every`` steps and at
+    the end, and a later call with the same directory resumes from it. Chapter: *Low rank*.
+    """
+    if len(X_train) == 0 or len(X_train) != len(y_train):
+        raise ValueError(f"X_train and y_train must be non-empty and of equal length, got {len(X_train)}, {len(y_train)}")
+    if len(X_eval) == 0 or len(X_eval) != len(y_eval):
+        raise ValueError(f"X_eval and y_eval must be non-empty and of equal length, got {len(X_eval)}, {len(y_eval)}")
+    seed_everything(config.seed)
+    device = select_device(config.device)
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    generator = torch.Generator().manual_seed(config.seed)
+    history, start, running = History(), 0, []
+    path = _checkpoint_path(config)
+    if path is not None and path.is_file():
+        state = torch.load(path, map_location=device, weights_only=False)
+        changed = [k for k in _RESUME_KEYS if state["config"].get(k) != getattr(config, k)]
+        if changed:
+            raise ValueError(f"checkpoint_dir={config.checkpoint_dir!r} holds a run with different {changed}: "
+                             f"use another checkpoint_dir or the same settings to resume")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+        history, start, running = History(**state["history"]), int(state["step"]), list(state.get("running", []))
+    use_amp = config.amp and device.type == "cuda"
+    if start == 0 and callback is not None:
+        callback(0, model)
+    for step in progress(range(start + 1, config.steps + 1), desc="training", total=config.steps - start):
+        idx = torch.randint(len(X_train), (config.batch_size,), generator=generator)
+        xb, yb = X_train[idx].to(device), y_train[idx].to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
+            loss = F.cross_entropy(model(xb).float(), yb)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        running.append(loss.item())
+        if step % config.eval_every == 0 or step == config.steps:
+            eval_loss, accuracy = evaluate(model, X_eval, y_eval)
+            history.step.append(step)
+            history.train_loss.append(float(np.mean(running)))
+            history.eval_loss.append(eval_loss)
+            history.eval_accuracy.append(accuracy)
+            running = []
+            if callback is not None:
+                callback(step, model)
+        if path is not None and (step % config.checkpoint_every == 0 or step == config.steps):
+            _save(path, model, optimizer, step, generator, history, config, running)
+    return history

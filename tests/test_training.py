@@ -1,0 +1,326 @@
+"""posgeom_utils.training: seeded training with periodic evaluation, atomic checkpoints and resume.
+
+Chapter *Low rank* trains the compact Transformer on an order task; these tests use a synthetic version
+(does token 1 precede token 2?) that a tiny model with learned positions solves in ~100 steps, while a
+model without positions provably cannot. They also check that an interrupted run resumes to the same
+weights and history, that checkpoints are written atomically, seeding, the callback, and bad input.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import posgeom_utils.training as training  # noqa: E402
+from posgeom_utils.training import History, TrainConfig, evaluate, train_classifier  # noqa: E402
+from posgeom_utils.transformer import PositionalTransformer  # noqa: E402
+
+V, L = 10, 8
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny models run much faster on one intra-op thread than on two competing for shared cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def precede_task(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of L tokens from 3..V-1 with one 1 and one 2 at random places; label = (1 comes before 2).
+
+    Both classes have the same bag of tokens, so only positions can separate them.
+    """
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randint(3, V, (n, L), generator=g)
+    places = torch.rand(n, L, generator=g).argsort(1)[:, :2]
+    rows = torch.arange(n)
+    X[rows, places[:, 0]], X[rows, places[:, 1]] = 1, 2
+    return X, (places[:, 0] < places[:, 1]).long()
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[torch.Tensor, ...]:
+    X_train, y_train = precede_task(512, seed=0)
+    X_eval, y_eval = precede_task(256, seed=1)
+    return X_train, y_train, X_eval, y_eval
+
+
+def model(positional: str = "learned", seed: int = 0) -> PositionalTransformer:
+    torch.manual_seed(seed)
+    return PositionalTransformer(V, d=32, n_heads=2, n_layers=1, max_len=L, positional=positional)
+
+
+def config(**kwargs) -> TrainConfig:
+    options = dict(steps=40, batch_size=16, lr=3e-3, eval_every=10, checkpoint_every=10, device="cpu")
+    options.update(kwargs)
+    return TrainConfig(**options)
+
+
+def same_state(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+# --------------------------------------------------------------------------- learning
+
+
+def test_training_lowers_the_loss(data):
+    X_train, y_train, X_eval, y_eval = data
+    net = model("learned")
+    loss_before, _ = evaluate(net, X_eval, y_eval)
+    history = train_classifier(net, X_train, y_train, X_eval, y_eval, config(steps=100, batch_size=32, eval_every=50))
+    loss_after, accuracy = evaluate(net, X_eval, y_eval)
+    assert loss_after < 0.5 * loss_before
+    assert accuracy > 0.7
+    assert history.step == [50, 100]
+    assert history.eval_loss[-1] == pytest.approx(loss_after)
+    assert history.final_accuracy() == pytest.approx(accuracy)
+    assert all(np.isfinite(history.train_loss))
+
+
+def test_no_positions_cannot_learn_order(data):
+    """Without positions the classifier is permutation-invariant: swapping the 1 and the 2 of a row flips the
+    label but not the prediction, so on such pairs it is right exactly half of the time."""
+    X_train, y_train, X_eval, y_eval = data
+    net = model("none")
+    train_classifier(net, X_train, y_train, X_eval, y_eval, config(steps=30, batch_size=32, eval_every=30))
+    swapped = X_eval.clone()
+    swapped[X_eval == 1], swapped[X_eval == 2] = 2, 1
+    X_pairs, y_pairs = torch.cat([X_eval, swapped]), torch.cat([y_eval, 1 - y_eval])
+    _, accuracy = evaluate(net, X_pairs, y_pairs)
+    assert accuracy == pytest.approx(0.5)
+
+
+def test_evaluate_returns_mean_cross_entropy_and_accuracy(data):
+    _, _, X_eval, y_eval = data
+    net = model("learned")
+    loss, accuracy = evaluate(net, X_eval, y_eval, batch_size=50)  # batches that do not divide the data
+    with torch.no_grad():
+        logits = net(X_eval)
+    assert loss == pytest.approx(torch.nn.functional.cross_entropy(logits, y_eval).item(), rel=1e-5)
+    assert accuracy == pytest.approx((logits.argmax(-1) == y_eval).float().mean().item())
+    assert net.training  # evaluate puts the model back in training mode
+
+
+# --------------------------------------------------------------------------- checkpoints and resume
+
+
+def test_resume_after_interrupt_gives_same_weights(data, tmp_path):
+    X_train, y_train, X_eval, y_eval = data
+    net_a = model(seed=0)
+    history_a = train_classifier(net_a, X_train, y_train, X_eval, y_eval,
+                                 config(steps=40, checkpoint_dir=str(tmp_path / "a")))
+
+    dir_b = str(tmp_path / "b")
+    first = model(seed=0)
+    train_classifier(first, X_train, y_train, X_eval, y_eval, config(steps=20, checkpoint_dir=dir_b))
+    assert not same_state(first, net_a)
+    net_b = model(seed=0)  # a new process would rebuild the model; resume overwrites its weights
+    history_b = train_classifier(net_b, X_train, y_train, X_eval, y_eval, config(steps=40, checkpoint_dir=dir_b))
+
+    assert same_state(net_b, net_a)
+    assert asdict(history_b) == asdict(history_a)
+    assert history_b.step == [10, 20, 30, 40]
+    saved = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
+    assert saved["step"] == 40 and saved["config"]["steps"] == 40
+
+
+class Interrupted(Exception):
+    """Stands for a kill in the middle of training."""
+
+
+def interrupt_after(monkeypatch: pytest.MonkeyPatch, stop: int) -> None:
+    """Make the training loop die when it is about to start step ``stop`` (after step stop - 1 finished)."""
+    original = training.progress
+
+    def dying(iterable, **kwargs):
+        for step in original(iterable, **kwargs):
+            if step == stop:
+                raise Interrupted(step)
+            yield step
+
+    monkeypatch.setattr(training, "progress", dying)
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(data, tmp_path_factory):
+    """Run A: 40 steps uninterrupted (eval every 20, checkpoint every 10). Run B: killed when about to start
+    step 36 (last checkpoint: step 30, last evaluation: step 20), then resumed by a new model instance."""
+    X_train, y_train, X_eval, y_eval = data
+    root = tmp_path_factory.mktemp("kill")
+    net_a = model(seed=0)
+    history_a = train_classifier(net_a, X_train, y_train, X_eval, y_eval,
+                                 config(steps=40, eval_every=20, checkpoint_dir=str(root / "a")))
+    dir_b = str(root / "b")
+    patch = pytest.MonkeyPatch()
+    try:
+        interrupt_after(patch, 36)
+        with pytest.raises(Interrupted):
+            train_classifier(model(seed=0), X_train, y_train, X_eval, y_eval,
+                             config(steps=40, eval_every=20, checkpoint_dir=dir_b))
+    finally:
+        patch.undo()
+    step_at_kill = torch.load(root / "b" / "checkpoint.pt", weights_only=False)["step"]
+    net_b = model(seed=0)
+    history_b = train_classifier(net_b, X_train, y_train, X_eval, y_eval,
+                                 config(steps=40, eval_every=20, checkpoint_dir=dir_b))
+    return net_a, history_a, net_b, history_b, step_at_kill
+
+
+def test_resume_after_a_kill_between_evaluations(killed_and_resumed):
+    """A run killed between checkpoints resumes from the last one to the uninterrupted run's weights."""
+    net_a, history_a, net_b, history_b, step_at_kill = killed_and_resumed
+    assert step_at_kill == 30
+    assert same_state(net_b, net_a)
+    assert history_b.step == history_a.step == [20, 40]
+    assert history_b.eval_loss == history_a.eval_loss
+    assert history_b.eval_accuracy == history_a.eval_accuracy
+
+
+def test_resume_after_a_kill_keeps_the_running_train_loss(killed_and_resumed):
+    """The mean training loss recorded at step 40 must cover steps 21..40 in the resumed run too.
+
+    Known bug (training.train_classifier): the running losses since the last evaluation are not in the
+    checkpoint, so after a resume the first train_loss entry averages only the steps after the checkpoint.
+    """
+    _, history_a, _, history_b, _ = killed_and_resumed
+    assert history_b.train_loss == pytest.approx(history_a.train_loss, rel=1e-6)
+
+
+def test_finished_run_is_not_trained_again(data, tmp_path):
+    X_train, y_train, X_eval, y_eval = data
+    first = model(seed=0)
+    cfg = config(steps=20, checkpoint_dir=str(tmp_path))
+    history = train_classifier(first, X_train, y_train, X_eval, y_eval, cfg)
+    again = model(seed=5)
+    calls = []
+    history_again = train_classifier(again, X_train, y_train, X_eval, y_eval, cfg,
+                                     callback=lambda step, m: calls.append(step))
+    assert same_state(again, first)
+    assert asdict(history_again) == asdict(history)
+    assert calls == []  # nothing left to do: no step-0 call on a resumed run
+
+
+def test_checkpoint_is_written_atomically(data, tmp_path, monkeypatch):
+    X_train, y_train, X_eval, y_eval = data
+    net = model()
+    train_classifier(net, X_train, y_train, X_eval, y_eval, config(steps=20, checkpoint_dir=str(tmp_path)))
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint.pt"]
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert set(saved) == {"model", "optimizer", "step", "generator", "history", "config", "running"}
+    assert saved["step"] == 20
+    assert all(torch.equal(saved["model"][k], v) for k, v in net.state_dict().items())
+    before = (tmp_path / "checkpoint.pt").read_bytes()
+
+    def broken_save(obj, path, *args, **kwargs):  # dies half-way through writing
+        with open(path, "wb") as fh:
+            fh.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(training.torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        train_classifier(model(), X_train, y_train, X_eval, y_eval, config(steps=30, checkpoint_dir=str(tmp_path)))
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint.pt"]  # no temporary file left behind
+    assert (tmp_path / "checkpoint.pt").read_bytes() == before  # the old checkpoint is intact
+
+
+def test_no_checkpoint_dir_writes_nothing(data, tmp_path, monkeypatch):
+    X_train, y_train, X_eval, y_eval = data
+    monkeypatch.chdir(tmp_path)
+    train_classifier(model(), X_train, y_train, X_eval, y_eval, config(steps=10))
+    assert os.listdir(tmp_path) == []
+
+
+# --------------------------------------------------------------------------- seeding and callback
+
+
+def test_same_seed_same_result(data):
+    X_train, y_train, X_eval, y_eval = data
+    runs = []
+    for train_seed in (3, 3, 4):
+        net = model(seed=0)
+        history = train_classifier(net, X_train, y_train, X_eval, y_eval, config(steps=15, seed=train_seed))
+        runs.append((net, history))
+    (a, ha), (b, hb), (c, hc) = runs
+    assert same_state(a, b) and asdict(ha) == asdict(hb)
+    assert not same_state(a, c)  # another seed draws other batches
+    diff = max((a.state_dict()[k] - c.state_dict()[k]).abs().max().item() for k in a.state_dict())
+    assert diff > 1e-4
+
+
+def test_callback_is_called(data):
+    X_train, y_train, X_eval, y_eval = data
+    net = model()
+    calls: list[tuple[int, int, bool]] = []
+    tables: list[torch.Tensor] = []
+
+    def record(step, m):
+        calls.append((step, id(m), m.training))
+        tables.append(m.positional_table().detach().clone())
+
+    history = train_classifier(net, X_train, y_train, X_eval, y_eval, config(steps=12, eval_every=5),
+                               callback=record)
+    assert [c[0] for c in calls] == [0, 5, 10, 12] == [0] + history.step
+    assert all(c[1] == id(net) for c in calls)
+    assert not torch.equal(tables[0], tables[-1])  # the learned table moved during training
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("field, value", [
+    ("steps", 0), ("steps", -3), ("batch_size", 0), ("eval_every", 0), ("checkpoint_every", 0),
+    ("lr", 0.0), ("lr", -1e-3),
+])
+def test_bad_config(field, value):
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**{field: value})
+
+
+def test_empty_training_set(data):
+    _, _, X_eval, y_eval = data
+    empty = torch.zeros(0, L, dtype=torch.long)
+    with pytest.raises(ValueError, match="X_train"):
+        train_classifier(model(), empty, torch.zeros(0, dtype=torch.long), X_eval, y_eval, config())
+
+
+def test_mismatched_training_labels(data):
+    X_train, y_train, X_eval, y_eval = data
+    with pytest.raises(ValueError, match="equal length"):
+        train_classifier(model(), X_train, y_train[:-1], X_eval, y_eval, config())
+
+
+def test_empty_eval_set_is_rejected_before_training(data):
+    """An empty eval set should be a ValueError up front, not a ZeroDivisionError at the first evaluation."""
+    X_train, y_train, _, _ = data
+    empty = torch.zeros(0, L, dtype=torch.long)
+    calls = []
+    with pytest.raises(ValueError, match="X_eval"):
+        train_classifier(model(), X_train, y_train, empty, torch.zeros(0, dtype=torch.long), config(steps=5),
+                         callback=lambda step, m: calls.append(step))
+    assert calls == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
+def test_cuda_without_gpu(data):
+    X_train, y_train, X_eval, y_eval = data
+    with pytest.raises(ValueError, match="device='cuda'"):
+        train_classifier(model(), X_train, y_train, X_eval, y_eval, config(device="cuda"))
+
+
+def test_unknown_device(data):
+    X_train, y_train, X_eval, y_eval = data
+    with pytest.raises(ValueError, match="device"):
+        train_classifier(model(), X_train, y_train, X_eval, y_eval, config(device="tpu"))
+
+
+def test_history_final_accuracy_of_empty_history_is_nan():
+    assert np.isnan(History().final_accuracy())
+    assert History(step=[1], eval_accuracy=[0.75]).final_accuracy() == 0.75

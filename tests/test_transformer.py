@@ -1,0 +1,323 @@
+"""posgeom_utils.transformer: the compact Transformer of the *Low rank* chapter, its positional mechanisms.
+
+The necessity argument of the book rests on two facts checked here: without a positional mechanism (and
+without a causal mask) self-attention is permutation-equivariant, so the mean-pooled classifier is
+permutation-invariant; every positional mechanism (learned, sinusoidal, RoPE, low-rank, MDS table, ALiBi)
+breaks that symmetry. Also: RoPE scores depend only on the offset i - j, the ALiBi bias is -m_h |i - j|,
+output shapes and positional parameter counts, and the error messages for bad arguments.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+
+from posgeom_utils.encodings import alibi_slopes, frequencies, mds_encoding  # noqa: E402
+from posgeom_utils.transformer import (  # noqa: E402
+    POSITIONAL,
+    TASKS,
+    PositionalTransformer,
+    SelfAttention,
+    _rotate,
+    count_parameters,
+    describe,
+)
+
+VOCAB = 20
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny models run much faster on one intra-op thread than on two competing for shared cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny(positional: str = "none", task: str = "mlm", seed: int = 0, **kwargs) -> PositionalTransformer:
+    """A seeded tiny model in eval mode (d=16, 2 heads, 2 layers, max_len=12)."""
+    torch.manual_seed(seed)
+    options = dict(d=16, n_heads=2, n_layers=2, max_len=12, positional=positional, task=task)
+    options.update(kwargs)
+    return PositionalTransformer(VOCAB, **options).eval()
+
+
+def random_ids(rng: np.random.Generator, batch: int, L: int) -> torch.Tensor:
+    """Token ids in 1..VOCAB-1 (0 is padding), so no position is padding."""
+    return torch.as_tensor(rng.integers(1, VOCAB, size=(batch, L)))
+
+
+def non_trivial_permutation(L: int, rng: np.random.Generator) -> np.ndarray:
+    """A permutation of range(L) that is neither the identity nor the reversal (L >= 3)."""
+    while True:
+        pi = rng.permutation(L)
+        if not (np.array_equal(pi, np.arange(L)) or np.array_equal(pi, np.arange(L)[::-1])):
+            return pi
+
+
+def mds_table(n: int, d: int) -> np.ndarray:
+    """The MDS encoding of the |i - j| distance on n positions, width d."""
+    pos = np.arange(n, dtype=float)
+    return mds_encoding(np.abs(pos[:, None] - pos[None, :]), d)
+
+
+# --------------------------------------------------------------------------- equivariance
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), L=st.integers(2, 12), heads=st.sampled_from([1, 2, 4]),
+       layers=st.integers(1, 2))
+def test_equivariance_without_positions(seed, L, heads, layers):
+    rng = np.random.default_rng(seed)
+    ids = random_ids(rng, 3, L)
+    pi = torch.as_tensor(rng.permutation(L))
+    mlm = tiny("none", "mlm", seed=seed % 1000, n_heads=heads, n_layers=layers)
+    with torch.no_grad():
+        h, h_perm = mlm.hidden_states(ids), mlm.hidden_states(ids[:, pi])
+    torch.testing.assert_close(h_perm, h[:, pi], atol=1e-5, rtol=0)
+
+    clf = tiny("none", "classify", seed=seed % 1000, n_heads=heads, n_layers=layers)
+    with torch.no_grad():
+        logits, logits_perm = clf(ids), clf(ids[:, pi])
+    assert logits.shape == (3, 2)
+    torch.testing.assert_close(logits_perm, logits, atol=1e-5, rtol=0)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), real=st.integers(2, 9), pad=st.integers(1, 3))
+def test_equivariance_without_positions_with_padding(seed, real, pad):
+    """Padding at the end; permuting only the real tokens permutes their states and keeps the logits."""
+    rng = np.random.default_rng(seed)
+    ids = torch.cat([random_ids(rng, 2, real), torch.zeros(2, pad, dtype=torch.long)], dim=1)
+    pi = torch.as_tensor(np.concatenate([rng.permutation(real), np.arange(real, real + pad)]))
+    mlm = tiny("none", "mlm", seed=seed % 1000)
+    with torch.no_grad():
+        h, h_perm = mlm.hidden_states(ids), mlm.hidden_states(ids[:, pi])
+    assert torch.isfinite(h).all()
+    torch.testing.assert_close(h_perm, h[:, pi], atol=1e-5, rtol=0)
+
+    clf = tiny("none", "classify", seed=seed % 1000)
+    with torch.no_grad():
+        torch.testing.assert_close(clf(ids[:, pi]), clf(ids), atol=1e-5, rtol=0)
+
+
+def test_padding_is_ignored_by_the_classifier():
+    """Appending padding changes nothing for the real tokens (keys are masked, pooling skips pads)."""
+    rng = np.random.default_rng(1)
+    ids = random_ids(rng, 2, 6)
+    padded = torch.cat([ids, torch.zeros(2, 4, dtype=torch.long)], dim=1)
+    for positional in ("none", "learned", "rope", "alibi"):
+        clf = tiny(positional, "classify", seed=3)
+        with torch.no_grad():
+            torch.testing.assert_close(clf(padded), clf(ids), atol=1e-5, rtol=0)
+            torch.testing.assert_close(clf.hidden_states(padded)[:, :6], clf.hidden_states(ids), atol=1e-5, rtol=0)
+
+
+def test_causal_mask_breaks_equivariance():
+    rng = np.random.default_rng(0)
+    ids = random_ids(rng, 2, 8)
+    pi = torch.as_tensor(non_trivial_permutation(8, rng))
+    model = tiny("none", "mlm", seed=0, causal=True)
+    with torch.no_grad():
+        deviation = (model.hidden_states(ids[:, pi]) - model.hidden_states(ids)[:, pi]).abs().max().item()
+    assert deviation > 1e-4
+
+
+def test_causal_mask_blocks_the_future():
+    """With causal=True the state at position i does not depend on tokens after i."""
+    rng = np.random.default_rng(2)
+    ids = random_ids(rng, 1, 8)
+    changed = ids.clone()
+    changed[0, 5:] = (changed[0, 5:] % (VOCAB - 1)) + 1  # different real tokens after position 4
+    assert not torch.equal(changed, ids)
+    model = tiny("learned", "mlm", seed=0, causal=True)
+    with torch.no_grad():
+        h, h2 = model.hidden_states(ids), model.hidden_states(changed)
+    torch.testing.assert_close(h2[:, :5], h[:, :5], atol=1e-6, rtol=0)
+    assert (h2[:, 5:] - h[:, 5:]).abs().max() > 1e-4
+
+
+POSITION_BREAKERS = {
+    "learned": {},
+    "sinusoidal": {},
+    "rope": {},
+    "lowrank": {"rank": 4},
+    "mds": {"table": mds_table(12, 16)},
+    "alibi": {},
+}
+
+
+@pytest.mark.parametrize("positional", sorted(POSITION_BREAKERS))
+def test_positions_break_equivariance(positional):
+    """The permuted input gives non-permuted states (a non-reversal permutation: ALiBi is reversal-symmetric)."""
+    rng = np.random.default_rng(0)
+    ids = random_ids(rng, 2, 10)
+    pi = torch.as_tensor(non_trivial_permutation(10, rng))
+    model = tiny(positional, "mlm", seed=0, **POSITION_BREAKERS[positional])
+    with torch.no_grad():
+        deviation = (model.hidden_states(ids[:, pi]) - model.hidden_states(ids)[:, pi]).abs().max().item()
+    assert deviation > 1e-4, positional
+    clf = tiny(positional, "classify", seed=0, **POSITION_BREAKERS[positional])
+    with torch.no_grad():
+        assert (clf(ids[:, pi]) - clf(ids)).abs().max().item() > 1e-6, positional
+
+
+def test_alibi_is_equivariant_under_reversal():
+    """ALiBi's bias depends on |i - j| only, so reversing the sequence reverses the states exactly."""
+    rng = np.random.default_rng(0)
+    ids = random_ids(rng, 2, 9)
+    rev = torch.arange(8, -1, -1)
+    model = tiny("alibi", "mlm", seed=0)
+    with torch.no_grad():
+        torch.testing.assert_close(model.hidden_states(ids[:, rev]), model.hidden_states(ids)[:, rev],
+                                   atol=1e-5, rtol=0)
+
+
+# --------------------------------------------------------------------------- RoPE and ALiBi internals
+
+
+@pytest.mark.parametrize("d, heads", [(16, 2), (24, 2), (32, 4)])
+def test_rope_scores_depend_on_offset_only(d, heads):
+    max_len = 12
+    attn = SelfAttention(d, heads, max_len, rope=True)
+    d_head = d // heads
+    np.testing.assert_allclose(attn.cos.numpy(),
+                               np.cos(np.arange(max_len)[:, None] * frequencies(d_head)), atol=1e-6)
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(d_head, generator=gen), torch.randn(d_head, generator=gen)
+    Q = _rotate(q.expand(max_len, d_head), attn.cos, attn.sin)  # the same q at every position
+    K = _rotate(k.expand(max_len, d_head), attn.cos, attn.sin)
+    # rotations keep norms
+    torch.testing.assert_close(Q.norm(dim=1), q.norm().expand(max_len), atol=1e-5, rtol=0)
+    S = (Q @ K.T).double().numpy()
+    for offset in range(-(max_len - 1), max_len):
+        diagonal = np.diagonal(S, offset=offset)
+        np.testing.assert_allclose(diagonal, diagonal[0], atol=1e-5)
+    # position 0 is not rotated, and the score is not a function of |i - j| alone
+    torch.testing.assert_close(Q[0], q)
+    assert abs(S[3, 1] - S[1, 3]) > 1e-4
+
+
+@pytest.mark.parametrize("heads", [1, 2, 3, 4, 6])
+def test_alibi_bias_relative(heads):
+    max_len = 9
+    attn = SelfAttention(heads * 4, heads, max_len, alibi=True)
+    bias = attn.bias.double().numpy()
+    slopes = alibi_slopes(heads)
+    pos = np.arange(max_len)
+    expected = -slopes[:, None, None] * np.abs(pos[:, None] - pos[None, :])[None]
+    assert bias.shape == (heads, max_len, max_len)
+    np.testing.assert_allclose(bias, expected, rtol=1e-6, atol=1e-6)
+    for h in range(heads):  # Toeplitz and symmetric per head
+        for offset in range(-(max_len - 1), max_len):
+            diagonal = np.diagonal(bias[h], offset=offset)
+            np.testing.assert_allclose(diagonal, diagonal[0], atol=1e-7)
+        np.testing.assert_allclose(bias[h], bias[h].T)
+    assert np.all(np.diagonal(bias, axis1=1, axis2=2) == 0)
+
+
+def test_attention_without_rope_or_alibi_has_no_position_buffers():
+    attn = SelfAttention(16, 2, 8)
+    assert not hasattr(attn, "cos") and not hasattr(attn, "bias")
+    assert list(dict(attn.named_buffers())) == []
+
+
+# --------------------------------------------------------------------------- shapes and parameter counts
+
+
+@pytest.mark.parametrize("positional", POSITIONAL)
+def test_output_shapes_and_parameter_counts(positional):
+    d, n, r = 16, 12, 3
+    extra = {"lowrank": {"rank": r}, "mds": {"table": mds_table(n, d)}}.get(positional, {})
+    ids = random_ids(np.random.default_rng(0), 3, 7)
+    clf = tiny(positional, "classify", num_classes=5, **extra)
+    mlm = tiny(positional, "mlm", **extra)
+    with torch.no_grad():
+        assert clf(ids).shape == (3, 5)
+        assert mlm(ids).shape == (3, 7, VOCAB)
+        assert mlm.hidden_states(ids).shape == (3, 7, d)
+    expected = {"learned": n * d, "lowrank": r * (n + d)}.get(positional, 0)
+    assert clf.positional_parameters() == expected
+    table = clf.positional_table()
+    if positional in ("none", "rope", "alibi"):
+        assert table is None
+    else:
+        assert tuple(table.shape) == (n, d)
+    info = describe(clf)
+    assert set(info) == {"positional", "positional parameters", "parameters", "d", "layers", "max_len"}
+    assert info["positional"] == positional and info["positional parameters"] == expected
+    assert info["parameters"] == count_parameters(clf) == sum(p.numel() for p in clf.parameters())
+    assert (info["d"], info["layers"], info["max_len"]) == (d, 2, n)
+
+
+def test_fixed_tables_are_not_trained():
+    """sinusoidal and mds tables are buffers (no gradient), learned and low-rank are parameters."""
+    d, n = 16, 12
+    mds = tiny("mds", table=mds_table(n, d))
+    np.testing.assert_allclose(mds.positional_table().numpy(), mds_table(n, d), atol=1e-6)
+    assert not mds.positional_table().requires_grad
+    assert not tiny("sinusoidal").positional_table().requires_grad
+    assert count_parameters(tiny("sinusoidal")) == count_parameters(tiny("none"))
+    assert count_parameters(tiny("learned")) == count_parameters(tiny("none")) + n * d
+
+
+def test_lowrank_table_initialises_from_coordinates():
+    n, d, r = 12, 16, 2
+    coords = np.random.default_rng(0).normal(size=(n, r)).astype(np.float32)
+    model = tiny("lowrank", rank=r, table=coords)
+    np.testing.assert_allclose(model.position.A.detach().numpy(), coords)
+    P = model.positional_table().detach()
+    assert torch.linalg.matrix_rank(P).item() == r
+    torch.testing.assert_close(P, model.position.A @ model.position.B.T)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(positional="absolute"), "positional"),
+    (dict(task="regress"), "task"),
+    (dict(d=18, n_heads=4), "n_heads"),
+    (dict(positional="rope", d=12, n_heads=4), "even head width"),
+    (dict(positional="mds"), "table"),
+    (dict(positional="mds", table=np.zeros((12, 8))), "table must have shape"),
+    (dict(positional="mds", table=np.zeros((10, 16))), "table must have shape"),
+    (dict(positional="lowrank"), "rank"),
+    (dict(positional="lowrank", rank=3, table=np.zeros((12, 2))), "table for lowrank"),
+    (dict(positional="lowrank", rank=3, table=np.zeros((16, 3))), "table for lowrank"),
+    (dict(positional="lowrank", rank=0), "r must be a positive integer"),
+    (dict(positional="lowrank", rank=13), "r=13"),
+])
+def test_bad_construction_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny(**kwargs)
+
+
+def test_unknown_names_are_listed_in_the_message():
+    with pytest.raises(ValueError, match="learned") as info:
+        tiny(positional="absolute")
+    assert all(name in str(info.value) for name in POSITIONAL)
+    with pytest.raises(ValueError) as info:
+        tiny(task="regress")
+    assert all(name in str(info.value) for name in TASKS)
+
+
+def test_sequence_longer_than_max_len():
+    model = tiny("none")  # the check holds even for encodings without a table
+    ids = random_ids(np.random.default_rng(0), 1, 13)
+    with pytest.raises(ValueError, match="max_len=12"):
+        model(ids)
+    with pytest.raises(ValueError, match="max_len"):
+        tiny("learned")(ids)
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 3, 4)])
+def test_ids_must_be_two_dimensional(shape):
+    model = tiny("learned", "classify")
+    with pytest.raises(ValueError, match=r"ids must be \(batch, length\)"):
+        model(torch.ones(shape, dtype=torch.long))
