@@ -13,14 +13,19 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "positions_in_real_text": {"sample_size": 3000, "n": 128, "min_count": 20},
         "mds_optimality": {"sample_size": 3000, "n": 64, "min_count": 20, "synthetic_n": 32,
                            "synthetic_sequences": 1000},
+        "low_rank": {"sample_size": 3000, "n": 64, "min_count": 20, "planted_sequences": 3000,
+                     "task_size": 1500, "train_steps": 40, "n_seeds": 1},
     },
     "default": {
         "positions_in_real_text": {},
         "mds_optimality": {},
+        "low_rank": {},
     },
     "paper": {
         "positions_in_real_text": {"sample_size": None, "n": 512, "min_count": 100},
         "mds_optimality": {"sample_size": None, "n": 512, "min_count": 100, "synthetic_sequences": 20000},
+        "low_rank": {"sample_size": None, "n": 512, "min_count": 100, "task_size": 60000, "train_steps": 3000,
+                     "n_seeds": 5},
     },
 }
 

@@ -36,7 +36,8 @@ def strip_volatile(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     the references stay small and reviewable.
     """
     nb.metadata.pop("papermill", None)
-    for cell in nb.cells:
+    for index, cell in enumerate(nb.cells):
+        cell.id = f"cell-{index}"  # stable ids: regenerating a reference gives a reviewable diff
         cell.metadata.pop("papermill", None)
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
