@@ -15,17 +15,20 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
                            "synthetic_sequences": 1000},
         "low_rank": {"sample_size": 3000, "n": 64, "min_count": 20, "planted_sequences": 3000,
                      "task_size": 1500, "train_steps": 40, "n_seeds": 1},
+        "necessity": {"n": 16, "synthetic_len": 8, "sample_size": 3000, "n_seeds": 2, "train_steps": 30},
     },
     "default": {
         "positions_in_real_text": {},
         "mds_optimality": {},
         "low_rank": {},
+        "necessity": {},
     },
     "paper": {
         "positions_in_real_text": {"sample_size": None, "n": 512, "min_count": 100},
         "mds_optimality": {"sample_size": None, "n": 512, "min_count": 100, "synthetic_sequences": 20000},
         "low_rank": {"sample_size": None, "n": 512, "min_count": 100, "task_size": 60000, "train_steps": 3000,
                      "n_seeds": 5},
+        "necessity": {"n": 64, "sample_size": None, "d": 128, "n_seeds": 10, "train_steps": 3000},
     },
 }
 

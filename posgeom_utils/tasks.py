@@ -76,3 +76,41 @@ def order_task(corpus: Corpus, tokenizer: Any, max_len: int = 32, min_len: int =
     t = lambda a: torch.as_tensor(a)  # noqa: E731
     return TokenTask(t(X[tr]), t(y[tr]), t(X[ev]), t(y[ev]), int(X.max()) + 1, max_len,
                      f"{corpus.name}/{corpus.split}: original vs shuffled word order")
+
+
+PLANTED_TASKS = ("precedes", "contains")
+
+
+def planted_task(task: str = "precedes", L: int = 16, V: int = 32, num_sequences: int = 4000,
+                 background: str = "stationary", eval_fraction: float = 0.25, seed: int = 0) -> TokenTask:
+    """Synthetic sequences with two planted marker tokens ``a`` and ``b``.
+
+    ``precedes`` (order-sensitive): ``a`` and ``b`` stand at two random distinct positions; label 1 when
+    ``a`` comes first. ``contains`` (order-insensitive): one marker at a random position; label 1 when it is
+    ``a``. The other tokens come from :func:`~posgeom_utils.corpus.synthetic_corpus` with kind
+    ``background`` (``stationary``: the same distribution at every position; ``drift``: non-stationary).
+    Ids are shifted by one so that 0 stays the padding id (there is no padding here).
+    Chapter: *Necessity*, *Positional separation*.
+    """
+    from .corpus import synthetic_corpus
+
+    if task not in PLANTED_TASKS:
+        raise ValueError(f"task must be one of {PLANTED_TASKS}, got {task!r}")
+    if L < 2:
+        raise ValueError(f"L must be >= 2 (two markers), got {L}")
+    rng = np.random.default_rng(seed)
+    X = synthetic_corpus(background, n=L, V=V, num_sequences=num_sequences, seed=seed).ids + 1
+    a, b = V + 1, V + 2
+    rows = np.arange(num_sequences)
+    first = rng.integers(0, L, num_sequences)
+    if task == "precedes":
+        second = (first + rng.integers(1, L, num_sequences)) % L
+        X[rows, first], X[rows, second] = a, b
+        y = (first < second).astype(np.int64)
+    else:
+        y = (rng.random(num_sequences) < 0.5).astype(np.int64)
+        X[rows, first] = np.where(y == 1, a, b)
+    split = int(num_sequences * (1 - eval_fraction))
+    t = lambda arr: torch.as_tensor(arr)  # noqa: E731
+    return TokenTask(t(X[:split]), t(y[:split]), t(X[split:]), t(y[split:]), V + 3, L,
+                     f"planted '{task}' task on a {background} background (L={L}, V={V})")
