@@ -25,7 +25,7 @@ book: env
 	PY=$(PY) bash scripts/build_book.sh
 
 test: book
-	POSGEOM_PROGRESS=0 $(PY) -m pytest tests --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
+	POSGEOM_PROGRESS=0 POSGEOM_REQUIRE_BOOK=1 $(PY) -m pytest tests --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
 
 # re-execute every chapter with the smoke profile into tests/notebooks/*.ipynb (the nbval references)
 references: env
