@@ -67,3 +67,14 @@ def tokenizer():
     from posgeom_utils.models import load_tokenizer
 
     return load_tokenizer()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """Small models train far faster on one intra-op thread than on two on the 2-core machines (see README)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

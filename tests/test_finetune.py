@@ -25,15 +25,6 @@ TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention
 MAX_LEN = 8
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Small models run much faster on one intra-op thread than on two competing for shared cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory, tokenizer):
     """A tiny random BERT (learned absolute positions, dropout 0.1) with the packaged tokenizer."""

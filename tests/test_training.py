@@ -23,15 +23,6 @@ from posgeom_utils.transformer import PositionalTransformer  # noqa: E402
 V, L = 10, 8
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run much faster on one intra-op thread than on two competing for shared cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def precede_task(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of L tokens from 3..V-1 with one 1 and one 2 at random places; label = (1 comes before 2).
 

@@ -30,15 +30,6 @@ from posgeom_utils.transformer import (  # noqa: E402
 VOCAB = 20
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run much faster on one intra-op thread than on two competing for shared cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tiny(positional: str = "none", task: str = "mlm", seed: int = 0, **kwargs) -> PositionalTransformer:
     """A seeded tiny model in eval mode (d=16, 2 heads, 2 layers, max_len=12)."""
     torch.manual_seed(seed)
