@@ -16,12 +16,15 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "low_rank": {"sample_size": 3000, "n": 64, "min_count": 20, "planted_sequences": 3000,
                      "task_size": 1500, "train_steps": 40, "n_seeds": 1},
         "necessity": {"n": 16, "synthetic_len": 8, "sample_size": 3000, "n_seeds": 2, "train_steps": 30},
+        "separation": {"train_steps": 200, "sample_size": 64, "finetune_len": 16,
+                       "finetune_steps": 4},
     },
     "default": {
         "positions_in_real_text": {},
         "mds_optimality": {},
         "low_rank": {},
         "necessity": {},
+        "separation": {},
     },
     "paper": {
         "positions_in_real_text": {"sample_size": None, "n": 512, "min_count": 100},
@@ -29,6 +32,8 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "low_rank": {"sample_size": None, "n": 512, "min_count": 100, "task_size": 60000, "train_steps": 3000,
                      "n_seeds": 5},
         "necessity": {"n": 64, "sample_size": None, "d": 128, "n_seeds": 10, "train_steps": 3000},
+        "separation": {"n": 64, "d": 128, "train_steps": 3000, "sample_size": 8000, "finetune_len": 64,
+                       "finetune_steps": 1000},
     },
 }
 
