@@ -166,7 +166,10 @@ def classical_mds(D: np.ndarray, r: int | None = None, tol: float = 1e-9) -> MDS
     n = B.shape[0]
     if r is not None:
         check_rank(r, n)
-    lam, U = np.linalg.eigh(B)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, user_api="blas"):  # a 2-thread eigh of this size stalls on a busy 2-core machine
+        lam, U = np.linalg.eigh(B)
     lam, U = lam[::-1], U[:, ::-1]
     rank = effective_rank(lam, tol)
     k = max(rank, 1) if r is None else int(r)
