@@ -242,3 +242,94 @@ def is_circulant(D: np.ndarray, atol: float = 1e-10) -> bool:
     n = D.shape[0]
     idx = (np.arange(n)[None, :] - np.arange(n)[:, None]) % n
     return bool(np.allclose(D, D[0][idx], atol=atol))
+
+
+# --------------------------------------------------------------------------- monotonicity
+
+@dataclass
+class ViolationRate:
+    """How often distances disagree with sequence distance (see :func:`monotonicity_violation_rate`)."""
+
+    rate: float
+    comparisons: int  # comparisons counted (exact) or sampled
+    exact: bool
+    ci_low: float  # 95% interval (equal to rate when exact)
+    ci_high: float
+    kind: str
+
+
+def _as_distances(X: np.ndarray, input_kind: str) -> np.ndarray:
+    X = np.asarray(X, dtype=np.float64)
+    if input_kind not in ("auto", "encoding", "distances"):
+        raise ValueError(f"input_kind must be 'auto', 'encoding' or 'distances', got {input_kind!r}")
+    looks_like_D = (X.ndim == 2 and X.shape[0] == X.shape[1] and np.allclose(X, X.T)
+                    and np.allclose(np.diag(X), 0) and np.all(X >= 0))
+    if input_kind == "distances" or (input_kind == "auto" and looks_like_D):
+        return check_distance_matrix(X, "D")
+    return pairwise_distances(X)
+
+
+def monotonicity_violation_rate(X: np.ndarray, kind: str = "triplets", input_kind: str = "auto",
+                                sample: int | None = None, seed: int = 0) -> ViolationRate:
+    """Fraction of comparisons in which a farther position (in sequence distance) is closer in ``X``.
+
+    ``X`` is an encoding (n x d) or a distance matrix (n x n; detected when square, symmetric, non-negative
+    with zero diagonal, or forced with ``input_kind``). ``kind="triplets"``: anchors i and pairs j, k != i
+    with |i - j| < |i - k|; a violation is d(i, j) > d(i, k). ``kind="pairs"``: pairs of pairs (i, j), (k, l)
+    with |i - j| < |k - l|; a violation is d(i, j) > d(k, l). Ties in distance count one half, so a
+    constant or a random geometry scores 0.5 and a geometry monotone in |i - j| scores 0.
+    Exact (vectorised, chunked) by default for triplets; ``sample`` draws that many random comparisons
+    (seeded) and returns a 95% interval. Chapter: *Monotonicity*.
+    """
+    if kind not in ("triplets", "pairs"):
+        raise ValueError(f"kind must be 'triplets' or 'pairs', got {kind!r}")
+    if sample is not None and (isinstance(sample, bool) or not isinstance(sample, (int, np.integer)) or sample < 1):
+        raise ValueError(f"sample must be a positive integer or None, got {sample!r}")
+    D = _as_distances(X, input_kind)
+    n = D.shape[0]
+    if n < 3:
+        raise ValueError(f"need at least 3 positions to compare distances, got n={n}")
+    idx = np.arange(n)
+    if sample is None and kind == "triplets":
+        violations, total = 0.0, 0
+        offsets = np.abs(idx[None, :] - idx[:, None])  # |i - j|
+        for start in range(0, n, 32):  # chunks of anchors bound the memory to 32 n^2 booleans
+            anchors = idx[start : start + 32]
+            o, e = offsets[anchors], D[anchors]  # (a, n)
+            valid = o > 0
+            closer = (o[:, :, None] < o[:, None, :]) & valid[:, :, None] & valid[:, None, :]
+            diff = e[:, :, None] - e[:, None, :]
+            violations += np.sum(closer & (diff > 0)) + 0.5 * np.sum(closer & (diff == 0))
+            total += int(np.sum(closer))
+        rate = violations / total
+        return ViolationRate(float(rate), total, True, float(rate), float(rate), kind)
+    if sample is None:  # exact pairs of pairs, for small n only
+        if n > 64:
+            raise ValueError(f"the exact 'pairs' variant is limited to n <= 64 (got n={n}): pass sample=...")
+        i, j = np.triu_indices(n, 1)
+        o, e = j - i, D[i, j]
+        closer = o[:, None] < o[None, :]
+        diff = e[:, None] - e[None, :]
+        total = int(closer.sum())
+        rate = (np.sum(closer & (diff > 0)) + 0.5 * np.sum(closer & (diff == 0))) / total
+        return ViolationRate(float(rate), total, True, float(rate), float(rate), kind)
+    rng = np.random.default_rng(seed)
+    if kind == "triplets":
+        a, b, c = rng.integers(0, n, (3, 4 * sample))
+        ob, oc = np.abs(a - b), np.abs(a - c)
+        keep = (ob > 0) & (oc > 0) & (ob != oc)
+        a, b, c, ob, oc = a[keep][:sample], b[keep][:sample], c[keep][:sample], ob[keep][:sample], oc[keep][:sample]
+        near_d = np.where(ob < oc, D[a, b], D[a, c])
+        far_d = np.where(ob < oc, D[a, c], D[a, b])
+    else:
+        i1, j1, i2, j2 = rng.integers(0, n, (4, 4 * sample))
+        o1, o2 = np.abs(i1 - j1), np.abs(i2 - j2)
+        keep = (o1 > 0) & (o2 > 0) & (o1 != o2)
+        i1, j1, i2, j2, o1, o2 = (x[keep][:sample] for x in (i1, j1, i2, j2, o1, o2))
+        near_d = np.where(o1 < o2, D[i1, j1], D[i2, j2])
+        far_d = np.where(o1 < o2, D[i2, j2], D[i1, j1])
+    score = (near_d > far_d) + 0.5 * (near_d == far_d)
+    m = score.size
+    rate = float(score.mean())
+    half = 1.96 * float(score.std(ddof=1)) / np.sqrt(m) if m > 1 else float("nan")
+    return ViolationRate(rate, int(m), False, float(rate - half), float(rate + half), kind)
