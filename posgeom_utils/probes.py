@@ -1,0 +1,119 @@
+"""Per-layer, per-position means of an encoder's hidden states over a corpus.
+
+Chapter: *Layer-wise geometry*.
+
+For every layer ``l`` (``0`` = the embeddings output, then one per transformer block) and position ``i``,
+``means[l, i]`` is the average hidden state at position ``i`` over the sequences that reach it (padding is
+never counted). Texts are run in batches with length bucketing (sorted by tokenized length, each batch
+padded only to its own longest sequence), under ``torch.inference_mode``. Memory does not grow with the
+corpus: only running sums of shape ``(layers + 1, n, d)`` and counts ``(n,)`` are kept (plus one integer
+length per text for the sort).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .corpus import Corpus, check_texts
+from .models import select_device
+from .settings import progress
+
+CENTRES = ("none", "global")
+
+
+@dataclass
+class LayerMeans:
+    """Mean hidden state per layer and position: ``means`` is ``(layers + 1, n', d)`` float64."""
+
+    means: np.ndarray  # (layers + 1, n', d): layer 0 = embeddings output
+    counts: np.ndarray  # (n',) int64: how many sequences reach each kept position
+    centre: str = "none"
+    params: dict = field(default_factory=dict)
+
+    @property
+    def num_layers(self) -> int:
+        """Number of hidden-state layers, embeddings output included."""
+        return self.means.shape[0]
+
+    @property
+    def n(self) -> int:
+        """Number of positions kept (those reached by at least one sequence)."""
+        return self.means.shape[1]
+
+
+def _max_positions(model: Any) -> int | None:
+    config = getattr(model, "config", None)
+    value = getattr(config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else None
+
+
+def positional_hidden_means(model: Any, tokenizer: Any, texts: Corpus | Sequence[str], n: int,
+                            batch_size: int = 64, special_tokens: bool = True, device: str = "auto",
+                            centre: str = "none") -> LayerMeans:
+    """Average the hidden states of ``model`` at positions ``0..n-1`` over ``texts``, for every layer.
+
+    Texts are tokenized (with the model's special tokens when ``special_tokens``) and truncated to ``n``
+    tokens; the model must return ``hidden_states`` when called with ``output_hidden_states=True``.
+    Positions that no sequence reaches are dropped (``counts`` says how many sequences reach each kept
+    one). ``centre="global"`` subtracts, per layer, the mean over positions weighted by ``counts`` (the
+    mean hidden state over all tokens), so each layer's count-weighted position mean is zero;
+    ``"none"`` leaves the means as they are. Chapter: *Layer-wise geometry*.
+    """
+    import torch
+
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer (the number of positions), got {n!r}")
+    n = int(n)
+    limit = _max_positions(model)
+    if limit is not None and n > limit:
+        raise ValueError(f"n={n} exceeds the model's max_position_embeddings={limit}: use n <= {limit}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if centre not in CENTRES:
+        raise ValueError(f"centre must be one of {CENTRES}, got {centre!r}")
+    texts = check_texts(texts)
+    dev = select_device(device)
+    model = model.to(dev)
+
+    enc_kwargs = dict(add_special_tokens=bool(special_tokens), truncation=True, max_length=n)
+    lengths = np.fromiter(
+        (len(ids) for start in range(0, len(texts), 1024)
+         for ids in tokenizer(texts[start : start + 1024], **enc_kwargs)["input_ids"]),
+        dtype=np.int64, count=len(texts))
+    order = np.argsort(lengths, kind="stable")
+
+    sums = None  # (layers + 1, n, d) float64 on dev
+    counts = torch.zeros(n, dtype=torch.float64, device=dev)
+    batches = range(0, len(texts), batch_size)
+    with torch.inference_mode():
+        for start in progress(batches, desc="hidden states per position", total=len(batches)):
+            batch = [texts[i] for i in order[start : start + batch_size]]
+            enc = tokenizer(batch, padding="longest", return_tensors="pt", **enc_kwargs)
+            enc = {k: v.to(dev) for k, v in enc.items()}
+            outputs = model(**enc, output_hidden_states=True)
+            hidden = getattr(outputs, "hidden_states", None)
+            if hidden is None:
+                raise ValueError(f"model {type(model).__name__} returned no hidden_states with "
+                                 f"output_hidden_states=True: pass a Hugging Face encoder (e.g. AutoModel) "
+                                 f"that supports output_hidden_states")
+            h = torch.stack(tuple(hidden), 0).to(torch.float64)  # (layers + 1, B, T, d)
+            mask = enc["attention_mask"].to(torch.float64)  # (B, T)
+            T = mask.shape[1]
+            if sums is None:
+                sums = torch.zeros(h.shape[0], n, h.shape[-1], dtype=torch.float64, device=dev)
+            sums[:, :T] += (mask[None, :, :, None] * h).sum(1)
+            counts[:T] += mask.sum(0)
+
+    counts_np = counts.cpu().numpy().round().astype(np.int64)
+    keep = np.flatnonzero(counts_np > 0)
+    means = sums.cpu().numpy()[:, keep] / counts_np[keep][None, :, None]
+    counts_np = counts_np[keep]
+    if centre == "global":
+        weights = counts_np / counts_np.sum()
+        means = means - np.einsum("i,lid->ld", weights, means)[:, None, :]
+    params = dict(n=n, batch_size=int(batch_size), special_tokens=bool(special_tokens), centre=centre,
+                  num_texts=len(texts), model=getattr(getattr(model, "config", None), "_name_or_path", None))
+    return LayerMeans(means=means, counts=counts_np, centre=centre, params=params)

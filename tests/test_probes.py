@@ -1,0 +1,109 @@
+"""Tests for posgeom_utils.probes (chapter *Layer-wise geometry*) on a tiny random BERT."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from posgeom_utils.probes import LayerMeans, positional_hidden_means
+
+N = 12
+
+
+@pytest.fixture(scope="module")
+def tiny_bert():
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    return BertModel(config).eval()
+
+
+@pytest.fixture(scope="module")
+def texts():
+    rng = random.Random(0)
+    words = ("the a cat dog sat on mat quickly running blue house river mountain under over "
+             "because although extraordinary tokenization of and").split()
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 14))) for _ in range(20)]
+
+
+def brute_force(model, tokenizer, texts, n):
+    sums, counts = None, np.zeros(n)
+    with torch.no_grad():
+        for text in texts:
+            enc = tokenizer(text, truncation=True, max_length=n, return_tensors="pt")
+            hs = model(**enc, output_hidden_states=True).hidden_states
+            h = torch.stack(hs, 0)[:, 0].double().numpy()  # (layers + 1, L, d)
+            if sums is None:
+                sums = np.zeros((h.shape[0], n, h.shape[-1]))
+            L = h.shape[1]
+            sums[:, :L] += h
+            counts[:L] += 1
+    keep = counts > 0
+    return sums[:, keep] / counts[keep][None, :, None], counts[keep].astype(np.int64)
+
+
+def test_matches_brute_force(tiny_bert, tokenizer, texts):
+    result = positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu")
+    expected, counts = brute_force(tiny_bert, tokenizer, texts, N)
+    assert isinstance(result, LayerMeans)
+    assert result.means.dtype == np.float64
+    assert result.means.shape == (3, N, 32)
+    np.testing.assert_array_equal(result.counts, counts)
+    np.testing.assert_allclose(result.means, expected, atol=1e-5, rtol=0)
+
+
+def test_positions_never_reached_are_dropped(tiny_bert, tokenizer, texts):
+    result = positional_hidden_means(tiny_bert, tokenizer, texts, 64, device="cpu")
+    expected, counts = brute_force(tiny_bert, tokenizer, texts, 64)
+    assert result.n == len(counts) < 64
+    np.testing.assert_array_equal(result.counts, counts)
+    np.testing.assert_allclose(result.means, expected, atol=1e-5, rtol=0)
+
+
+def test_batch_size_does_not_change_result(tiny_bert, tokenizer, texts):
+    results = [positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=b, device="cpu")
+               for b in (1, 3, 64)]
+    for r in results[1:]:
+        np.testing.assert_array_equal(r.counts, results[0].counts)
+        np.testing.assert_allclose(r.means, results[0].means, atol=1e-5, rtol=0)
+
+
+def test_global_centre_has_zero_weighted_mean(tiny_bert, tokenizer, texts):
+    plain = positional_hidden_means(tiny_bert, tokenizer, texts, N, device="cpu")
+    centred = positional_hidden_means(tiny_bert, tokenizer, texts, N, device="cpu", centre="global")
+    w = centred.counts / centred.counts.sum()
+    np.testing.assert_allclose(np.einsum("i,lid->ld", w, centred.means), 0.0, atol=1e-10)
+    diff = plain.means - centred.means  # a per-layer constant shift
+    np.testing.assert_allclose(diff, np.broadcast_to(diff[:, :1], diff.shape), atol=1e-10)
+
+
+def test_bad_inputs(tiny_bert, tokenizer, texts):
+    with pytest.raises(ValueError, match="n="):
+        positional_hidden_means(tiny_bert, tokenizer, texts, 65, device="cpu")
+    with pytest.raises(ValueError, match="texts"):
+        positional_hidden_means(tiny_bert, tokenizer, [], N, device="cpu")
+    with pytest.raises(ValueError, match="batch_size"):
+        positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=0, device="cpu")
+    with pytest.raises(ValueError, match="centre"):
+        positional_hidden_means(tiny_bert, tokenizer, texts, N, centre="local", device="cpu")
+
+
+class _NoHidden(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, **kwargs):
+        out = self.inner(**kwargs)
+        return SimpleNamespace(last_hidden_state=out.last_hidden_state, hidden_states=None)
+
+
+def test_model_without_hidden_states(tiny_bert, tokenizer, texts):
+    with pytest.raises(ValueError, match="hidden_states"):
+        positional_hidden_means(_NoHidden(tiny_bert), tokenizer, texts, N, device="cpu")
