@@ -1,0 +1,370 @@
+"""The ``posgeom`` command line: compare a model's positional mechanism with a corpus's Hellinger geometry.
+
+Chapter: *MDS optimality* (the stress comparison) and *Monotonicity* (the violation rate), as a tool.
+
+``posgeom stress --model bert-base-uncased --corpus sst2`` counts the positional token distributions of the
+corpus under the model's tokenizer, builds their Hellinger matrix D_H, and scores against it (raw and
+scale-fitted stress, exact triplet monotonicity violation rate) the model's own positional mechanism
+(learned absolute table, RoPE or ALiBi, read from the checkpoint / config), the MDS optimum at the model's
+width and the sinusoidal encoding of the same width.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+PROG = "posgeom"
+#: model types that use ALiBi (no position table; linear biases in attention)
+_ALIBI_TYPES = {"bloom", "mpt", "falcon_alibi"}
+#: model types known to rotate queries and keys (RoPE), whatever their config calls the base
+_ROPE_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "gpt_neox",
+               "gptj", "falcon", "olmo", "stablelm", "starcoder2", "cohere", "deepseek_v2", "internlm2", "roformer"}
+
+
+class UsageError(Exception):
+    """Bad input from the command line: reported as one line on stderr, exit code 2."""
+
+
+# --------------------------------------------------------------------------- parser
+
+_STRESS_EPILOG = """\
+examples:
+  posgeom stress --model bert-base-uncased --corpus sst2 --n 64
+  posgeom stress --model sentence-transformers/all-MiniLM-L6-v2 --corpus imdb --split test \\
+      --n 128 --sample-size 5000 --json
+  posgeom stress --model ./my-checkpoint --corpus texts.txt --n 32 --min-count 5 --plot stress.png
+
+The corpus geometry: mu_i = token distribution at position i (under the model's tokenizer), D_H = the
+Hellinger distances between the mu_i. Each row scores an n x d encoding P against D_H: raw stress
+(distances as they are), fitted stress (after the single best rescaling of P) and the exact fraction of
+triplets (i, j, k), |i-j| < |i-k|, in which P puts j farther from i than k (0 = monotone, 0.5 = random).
+Offline, --model must be a local folder or the packaged all-MiniLM-L6-v2; sst2 / imdb are read from
+--data-dir or $POSGEOM_DATA_DIR (a folder laid out like shared/data).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``posgeom`` argument parser (exposed for documentation and tests)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Positional-encoding geometry tools for the book's helper package posgeom_utils.",
+        epilog="example: posgeom stress --model bert-base-uncased --corpus sst2 --n 64\n"
+               "Run 'posgeom <command> --help' for the options of a command.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", title="commands")
+    sub.required = True
+    p = sub.add_parser(
+        "stress",
+        help="stress and monotonicity of a model's positional encoding against a corpus's Hellinger geometry",
+        description="Compare a model's positional mechanism (learned table, RoPE or ALiBi), the MDS optimum "
+                    "and the sinusoidal encoding with the Hellinger geometry D_H of a corpus's positional "
+                    "token distributions.",
+        epilog=_STRESS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", required=True, metavar="ID_OR_PATH",
+                   help="Hugging Face model id (e.g. bert-base-uncased; needs the hub unless it is the packaged "
+                        "sentence-transformers/all-MiniLM-L6-v2) or a local folder holding config.json and the "
+                        "tokenizer")
+    p.add_argument("--corpus", required=True, metavar="sst2|imdb|FILE",
+                   help="'sst2', 'imdb', or the path of a UTF-8 text file with one text per line "
+                        "(blank lines are skipped)")
+    p.add_argument("--split", default="train",
+                   help="split of sst2 (train, validation, test) or imdb (train, test); ignored for a file "
+                        "(default: %(default)s)")
+    p.add_argument("--n", type=int, default=128,
+                   help="number of positions 0..n-1 to compare (default: %(default)s)")
+    p.add_argument("--policy", choices=("keep", "drop"), default="keep",
+                   help="special tokens: 'keep' counts what the model sees ([CLS] ... [SEP]), 'drop' only the "
+                        "text's own tokens (default: %(default)s)")
+    p.add_argument("--min-count", type=int, default=20, metavar="K",
+                   help="keep only the leading positions reached by at least K texts, so n may shrink "
+                        "(default: %(default)s)")
+    p.add_argument("--sample-size", type=int, default=None, metavar="N",
+                   help="use a seeded random sample of N texts (default: all texts)")
+    p.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="folder laid out like shared/data (sst2/*.tsv, imdb/*.jsonl.gz) for sst2 / imdb "
+                        "(default: $POSGEOM_DATA_DIR, else the Hugging Face hub when online)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (corpus info and rows) instead of the text table")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="also save a figure of D_H next to the model's positional distance matrix")
+    p.set_defaults(func=_run_stress)
+    return parser
+
+
+# --------------------------------------------------------------------------- inputs
+
+def _load_texts(args: argparse.Namespace):
+    from .corpus import LOCAL_FILES, Corpus, load_corpus
+
+    name = args.corpus
+    if name in LOCAL_FILES:
+        try:
+            corpus = load_corpus(name, args.split, data_dir=args.data_dir)
+        except ValueError as exc:  # bad split name or empty data
+            raise UsageError(f"--split/--corpus: {exc}") from exc
+        except FileNotFoundError as exc:
+            raise UsageError(f"--corpus {name}: {exc} (or pass --data-dir DIR)") from exc
+    else:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise UsageError(
+                f"--corpus {name!r} is neither 'sst2', 'imdb' nor an existing text file: pass one of the two "
+                f"corpus names or the path of a file with one text per line")
+        try:
+            texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"--corpus {name!r} is not UTF-8 text ({exc}): pass a UTF-8 file, one text per line") \
+                from exc
+        texts = [t for t in texts if t]
+        if not texts:
+            raise UsageError(f"--corpus {name!r} holds no text (empty or blank lines only): "
+                             f"pass a file with one text per line")
+        corpus = Corpus(path.name, "file", texts, np.full(len(texts), -1, dtype=np.int64), str(path))
+    if args.sample_size is not None:
+        corpus = corpus.sample(args.sample_size, seed=0)
+    return corpus
+
+
+def _load_config(model_name: str):
+    from transformers import AutoConfig
+
+    from .models import _load
+
+    return _load(AutoConfig, model_name, "config")
+
+
+def _config_int(config: Any, *names: str) -> int | None:
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _model_encoding(model_name: str, config: Any, n: int) -> tuple[str, str, np.ndarray | None]:
+    """(row name, mechanism, n x d encoding or None) for the model's own positional mechanism."""
+    from .encodings import alibi, alibi_slopes, learned_position_embeddings, rope
+    from .models import load_model
+
+    model_type = getattr(config, "model_type", "") or ""
+    pe_type = getattr(config, "position_embedding_type", "absolute") or "absolute"
+    hidden = _config_int(config, "hidden_size", "d_model", "n_embd")
+    heads = _config_int(config, "num_attention_heads", "n_heads", "n_head", "num_heads")
+    is_alibi = bool(getattr(config, "alibi", False)) or model_type in {"bloom", "mpt"} or pe_type == "alibi"
+    if model_type == "mpt":
+        attn = getattr(config, "attn_config", None)
+        is_alibi = bool(getattr(attn, "alibi", True) if not isinstance(attn, dict) else attn.get("alibi", True))
+    theta = getattr(config, "rope_theta", None) or getattr(config, "rotary_emb_base", None)
+    is_rope = (theta is not None or pe_type in ("rotary", "rope") or model_type in _ROPE_TYPES) and not is_alibi
+    if not is_rope and not is_alibi:
+        try:
+            model = load_model(model_name, device="cpu")
+        except ValueError as exc:
+            raise UsageError(f"--model {model_name!r}: {exc}") from exc
+        try:
+            return "learned (model)", "learned absolute table", learned_position_embeddings(model, n)
+        except ValueError as exc:
+            if "exceeds" in str(exc):
+                raise UsageError(f"--n: {exc}; pass a smaller --n") from exc
+            return "none", f"no absolute encoding ({pe_type}, model_type={model_type!r})", None
+    if heads is None:
+        raise UsageError(f"--model {model_name!r}: its config names no number of attention heads, "
+                         f"so its {'ALiBi' if is_alibi else 'RoPE'} geometry cannot be built")
+    if is_alibi:
+        return f"ALiBi ({heads} heads, pooled)", "ALiBi", alibi(n, alibi_slopes(heads))
+    head_dim = _config_int(config, "head_dim") or (hidden // heads if hidden else None)
+    if head_dim is None or head_dim % 2:
+        raise UsageError(f"--model {model_name!r}: RoPE head size {head_dim} is not an even number")
+    base = float(theta or 10000.0)
+    return f"RoPE (d_head={head_dim}, base={base:g}, {heads} heads)", "RoPE", rope(n, head_dim, heads, base)
+
+
+# --------------------------------------------------------------------------- the command
+
+def _row(name: str, kind: str, P: np.ndarray, D: np.ndarray) -> dict:
+    from .geometry import monotonicity_violation_rate, stress
+
+    P = np.asarray(P, dtype=np.float64)
+    return {
+        "encoding": name,
+        "kind": kind,
+        "width": int(P.shape[1]),
+        "raw_stress": float(stress(P, D, "raw")),
+        "fitted_stress": float(stress(P, D, "fitted")),
+        "violation_rate": float(monotonicity_violation_rate(P, "triplets", input_kind="encoding").rate),
+    }
+
+
+def _run_stress(args: argparse.Namespace) -> int:
+    from .encodings import mds_encoding, sinusoidal
+    from .geometry import classical_mds, hellinger_distances, monotonicity_violation_rate, pairwise_distances
+    from .marginals import positional_marginals
+    from .models import load_tokenizer, model_label
+
+    if args.n < 3:
+        raise UsageError(f"--n must be at least 3 (got {args.n}): distances and monotonicity need 3 positions; "
+                         f"pass e.g. --n 128")
+    if args.min_count < 1:
+        raise UsageError(f"--min-count must be a positive integer (got {args.min_count}); pass e.g. --min-count 20")
+    if args.sample_size is not None and args.sample_size < 1:
+        raise UsageError(f"--sample-size must be a positive integer (got {args.sample_size}); omit it to use all texts")
+    if args.plot is not None and not Path(args.plot).expanduser().resolve().parent.is_dir():
+        raise UsageError(f"--plot {args.plot!r}: its folder does not exist; create it or pass another path")
+
+    corpus = _load_texts(args)
+    try:
+        tokenizer = load_tokenizer(args.model)
+        config = _load_config(args.model)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--model {args.model!r}: {exc}") from exc
+
+    try:
+        marg = positional_marginals(corpus, tokenizer, args.n, special_tokens=args.policy, min_count=args.min_count)
+    except ValueError as exc:
+        raise UsageError(f"--n/--policy: {exc}") from exc
+    n = marg.n
+    if n < 3:
+        raise UsageError(
+            f"--min-count {args.min_count}: only {n} position(s) are reached by at least {args.min_count} texts "
+            f"(need 3); lower --min-count, or use more / longer texts")
+    D = hellinger_distances(marg.mu())
+    mds = classical_mds(D)
+
+    name, mechanism, P_model = _model_encoding(args.model, config, n)
+    width = _config_int(config, "hidden_size", "d_model", "n_embd")
+    if width is None:
+        width = P_model.shape[1] if P_model is not None else n
+    rows = []
+    if P_model is not None:
+        rows.append(_row(name, mechanism, P_model, D))
+    rows.append(_row(f"MDS optimum (d={width})", "mds", mds_encoding(D, width), D))
+    d_sin = width - width % 2 or 2
+    rows.append(_row(f"sinusoidal (d={d_sin})", "sinusoidal", sinusoidal(n, d_sin), D))
+
+    info = {
+        "model": str(args.model),
+        "model_label": model_label(args.model),
+        "mechanism": mechanism,
+        "width": int(width),
+        "corpus": {
+            "name": corpus.name, "split": corpus.split, "source": corpus.source, "texts": len(corpus),
+            "n_requested": int(args.n), "n": int(n), "policy": args.policy, "min_count": int(args.min_count),
+            "effective_rank": int(mds.effective_rank), "negative_mass": float(mds.negative_mass),
+            "violation_rate": float(monotonicity_violation_rate(D, "triplets", input_kind="distances").rate),
+            "support": [int(s) for s in marg.support],
+        },
+        "rows": rows,
+    }
+    if args.plot is not None:
+        E = pairwise_distances(P_model) if P_model is not None else None
+        _plot(D, E, name, info, Path(args.plot).expanduser())
+        info["plot"] = str(args.plot)
+    if args.json:
+        print(json.dumps(info, indent=2, allow_nan=True))
+    else:
+        print(_format_table(info))
+    return 0
+
+
+def _format_table(info: dict) -> str:
+    c = info["corpus"]
+    lines = [
+        f"model:  {info['model_label']}  ({info['mechanism']}, width {info['width']})",
+        f"corpus: {c['name']}/{c['split']}, {c['texts']} texts, policy={c['policy']}",
+        f"positions: n={c['n']} (asked {c['n_requested']}, min-count {c['min_count']}; "
+        f"support {min(c['support'])}..{max(c['support'])} texts per position)",
+        f"D_H: effective rank {c['effective_rank']}, negative eigenvalue mass {c['negative_mass']:.3g}, "
+        f"violation rate {c['violation_rate']:.3f}",
+        "",
+    ]
+    header = ("encoding", "width", "raw stress", "fitted stress", "violation rate")
+    body = [(r["encoding"], str(r["width"]), _num(r["raw_stress"]), _num(r["fitted_stress"]),
+             _num(r["violation_rate"])) for r in info["rows"]]
+    widths = [max(len(row[k]) for row in [header, *body]) for k in range(len(header))]
+
+    def fmt(row: Sequence[str]) -> str:
+        return "  ".join(cell.ljust(w) if k == 0 else cell.rjust(w) for k, (cell, w) in enumerate(zip(row, widths)))
+
+    lines += [fmt(header), "  ".join("-" * w for w in widths), *(fmt(r) for r in body)]
+    if "plot" in info:
+        lines += ["", f"figure: {info['plot']}"]
+    return "\n".join(lines)
+
+
+def _num(x: float) -> str:
+    return "nan" if not math.isfinite(x) else f"{x:.4f}"
+
+
+def _plot(D: np.ndarray, E: np.ndarray | None, name: str, info: dict, path: Path) -> None:
+    from matplotlib.figure import Figure  # no pyplot: no global backend, no display needed
+
+    panels = [("D_H (corpus: " + info["corpus"]["name"] + ")", D)]
+    if E is not None:
+        panels.append((f"{name}: |p_i - p_j|", E))
+    fig = Figure(figsize=(5.0 * len(panels), 4.4), layout="constrained")
+    for k, (title, M) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), k + 1)
+        im = ax.imshow(M, cmap="viridis", origin="upper")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("position j")
+        ax.set_ylabel("position i")
+        fig.colorbar(im, ax=ax, shrink=0.85)
+    fig.suptitle(f"{info['model_label']}, n={info['corpus']['n']}", fontsize=11)
+    try:
+        fig.savefig(path, dpi=100)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--plot {str(path)!r}: cannot save the figure ({exc}); pass a writable .png path") from exc
+
+
+# --------------------------------------------------------------------------- entry point
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``posgeom``; returns the exit code (0 success, 2 bad usage or input). ``--help`` raises SystemExit(0)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    restore = {}
+    if not sys.stderr.isatty():  # progress bars only on a terminal
+        restore["POSGEOM_PROGRESS"] = os.environ.get("POSGEOM_PROGRESS")
+        os.environ.setdefault("POSGEOM_PROGRESS", "0")
+    try:
+        try:
+            from transformers.utils import logging as hf_logging
+
+            verbosity = hf_logging.get_verbosity()
+            bars = hf_logging.is_progress_bar_enabled()
+            hf_logging.set_verbosity_error()
+            if not sys.stderr.isatty():
+                hf_logging.disable_progress_bar()
+        except ImportError:  # pragma: no cover - transformers is a dependency
+            hf_logging = None
+        try:
+            return int(args.func(args))
+        except UsageError as exc:
+            print(f"{PROG} {args.command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 2
+        finally:
+            if hf_logging is not None:
+                hf_logging.set_verbosity(verbosity)
+                if bars:
+                    hf_logging.enable_progress_bar()
+    finally:
+        for key, value in restore.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
