@@ -136,14 +136,6 @@ def _load_texts(args: argparse.Namespace):
     return corpus
 
 
-def _load_config(model_name: str):
-    from transformers import AutoConfig
-
-    from .models import _load
-
-    return _load(AutoConfig, model_name, "config")
-
-
 def _config_int(config: Any, *names: str) -> int | None:
     for name in names:
         value = getattr(config, name, None)
@@ -210,7 +202,7 @@ def _run_stress(args: argparse.Namespace) -> int:
     from .encodings import mds_encoding, sinusoidal
     from .geometry import classical_mds, hellinger_distances, monotonicity_violation_rate, pairwise_distances
     from .marginals import positional_marginals
-    from .models import load_tokenizer, model_label
+    from .models import load_config, load_tokenizer, model_label
 
     if args.n < 3:
         raise UsageError(f"--n must be at least 3 (got {args.n}): distances and monotonicity need 3 positions; "
@@ -225,7 +217,7 @@ def _run_stress(args: argparse.Namespace) -> int:
     corpus = _load_texts(args)
     try:
         tokenizer = load_tokenizer(args.model)
-        config = _load_config(args.model)
+        config = load_config(args.model)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"--model {args.model!r}: {exc}") from exc
 

@@ -135,11 +135,13 @@ def mds_encoding(D: np.ndarray, d: int, r: int | None = None) -> np.ndarray:
     """
     D = check_distance_matrix(D)
     d = _positive_int(d, "d")
-    result = classical_mds(D, None)
+    result = classical_mds(D, D.shape[0])  # one eigendecomposition; every rank is a slice of it
     k = min(result.effective_rank or 1, d, D.shape[0]) if r is None else _positive_int(r, "r")
     if k > d:
         raise ValueError(f"r={k} exceeds the width d={d}")
-    P = classical_mds(D, k).P
+    if k > D.shape[0]:
+        raise ValueError(f"r must be an integer in [1, n={D.shape[0]}], got {k}")
+    P = result.P[:, :k]
     return np.hstack([P, np.zeros((P.shape[0], d - k))])
 
 
@@ -224,13 +226,14 @@ def standard_encodings(D: np.ndarray, d: int, n_heads: int, learned: np.ndarray 
     if d % n_heads:
         raise ValueError(f"d={d} must be divisible by n_heads={n_heads}")
     d_head = d // n_heads
-    out: dict[str, np.ndarray] = {"MDS, full rank": classical_mds(D).P}
+    mds = classical_mds(D, n)  # one eigendecomposition; every rank is a slice of it
+    out: dict[str, np.ndarray] = {"MDS, full rank": mds.P[:, : max(mds.effective_rank, 1)]}
     for r in ranks:
         if r < n:
-            out[f"MDS, r = {r}"] = classical_mds(D, r).P
+            out[f"MDS, r = {r}"] = mds.P[:, :r]
     for r in smacof_ranks:
         if r < n:
-            out[f"SMACOF, r = {r}"] = smacof(D, r)
+            out[f"SMACOF, r = {r}"] = smacof(D, r, init=mds.P[:, :r])
     out[f"sinusoidal, d = {d}"] = sinusoidal(n, d, base)
     out[f"RoPE, one head (d_head = {d_head})"] = rope(n, d_head, 1, base)
     out[f"RoPE, {n_heads} heads pooled"] = rope(n, d_head, n_heads, base)

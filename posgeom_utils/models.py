@@ -76,6 +76,13 @@ def load_tokenizer(model_name: str | Path | None = None) -> Any:
     return _load(AutoTokenizer, model_name, "tokenizer")
 
 
+def load_config(model_name: str | Path | None = None) -> Any:
+    """The model's ``AutoConfig`` by id or path, with the same offline errors as the loaders below."""
+    from transformers import AutoConfig
+
+    return _load(AutoConfig, model_name, "config")
+
+
 def load_model(model_name: str | Path | None = None, device: str = "auto", **kwargs: Any) -> Any:
     """A pre-trained ``AutoModel`` in eval mode on ``device`` (``auto | cpu | cuda``)."""
     from transformers import AutoModel
