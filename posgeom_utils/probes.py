@@ -99,13 +99,14 @@ def positional_hidden_means(model: Any, tokenizer: Any, texts: Corpus | Sequence
                 raise ValueError(f"model {type(model).__name__} returned no hidden_states with "
                                  f"output_hidden_states=True: pass a Hugging Face encoder (e.g. AutoModel) "
                                  f"that supports output_hidden_states")
-            h = torch.stack(tuple(hidden), 0).to(torch.float64)  # (layers + 1, B, T, d)
-            mask = enc["attention_mask"].to(torch.float64)  # (B, T)
+            mask = enc["attention_mask"]  # (B, T)
             T = mask.shape[1]
             if sums is None:
-                sums = torch.zeros(h.shape[0], n, h.shape[-1], dtype=torch.float64, device=dev)
-            sums[:, :T] += (mask[None, :, :, None] * h).sum(1)
-            counts[:T] += mask.sum(0)
+                sums = torch.zeros(len(hidden), n, hidden[0].shape[-1], dtype=torch.float64, device=dev)
+            weights = mask.to(hidden[0].dtype)
+            for layer, h in enumerate(hidden):  # one masked sum over the batch per layer, then float64
+                sums[layer, :T] += torch.einsum("bt,btd->td", weights, h).to(torch.float64)
+            counts[:T] += mask.sum(0).to(torch.float64)
 
     counts_np = counts.cpu().numpy().round().astype(np.int64)
     keep = np.flatnonzero(counts_np > 0)
