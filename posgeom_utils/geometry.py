@@ -270,14 +270,16 @@ def _as_distances(X: np.ndarray, input_kind: str) -> np.ndarray:
 
 
 def monotonicity_violation_rate(X: np.ndarray, kind: str = "triplets", input_kind: str = "auto",
-                                sample: int | None = None, seed: int = 0) -> ViolationRate:
+                                sample: int | None = None, seed: int = 0, tie_tol: float = 1e-9) -> ViolationRate:
     """Fraction of comparisons in which a farther position (in sequence distance) is closer in ``X``.
 
     ``X`` is an encoding (n x d) or a distance matrix (n x n; detected when square, symmetric, non-negative
     with zero diagonal, or forced with ``input_kind``). ``kind="triplets"``: anchors i and pairs j, k != i
     with |i - j| < |i - k|; a violation is d(i, j) > d(i, k). ``kind="pairs"``: pairs of pairs (i, j), (k, l)
     with |i - j| < |k - l|; a violation is d(i, j) > d(k, l). Ties in distance count one half, so a
-    constant or a random geometry scores 0.5 and a geometry monotone in |i - j| scores 0.
+    constant or a random geometry scores 0.5 and a geometry monotone in |i - j| scores 0. Two distances
+    are tied when they differ by at most ``tie_tol`` times the largest distance, so rounding noise (an
+    encoding that reproduces ``D`` to 1e-15) does not decide a comparison.
     Exact (vectorised, chunked) by default for triplets; ``sample`` draws that many random comparisons
     (seeded) and returns a 95% interval. Chapter: *Monotonicity*.
     """
@@ -285,7 +287,10 @@ def monotonicity_violation_rate(X: np.ndarray, kind: str = "triplets", input_kin
         raise ValueError(f"kind must be 'triplets' or 'pairs', got {kind!r}")
     if sample is not None and (isinstance(sample, bool) or not isinstance(sample, (int, np.integer)) or sample < 1):
         raise ValueError(f"sample must be a positive integer or None, got {sample!r}")
+    if not np.isfinite(tie_tol) or tie_tol < 0:
+        raise ValueError(f"tie_tol must be a finite number >= 0, got {tie_tol!r}")
     D = _as_distances(X, input_kind)
+    eps = float(tie_tol) * float(np.max(D, initial=0.0))
     n = D.shape[0]
     if n < 3:
         raise ValueError(f"need at least 3 positions to compare distances, got n={n}")
@@ -299,7 +304,7 @@ def monotonicity_violation_rate(X: np.ndarray, kind: str = "triplets", input_kin
             valid = o > 0
             closer = (o[:, :, None] < o[:, None, :]) & valid[:, :, None] & valid[:, None, :]
             diff = e[:, :, None] - e[:, None, :]
-            violations += np.sum(closer & (diff > 0)) + 0.5 * np.sum(closer & (diff == 0))
+            violations += np.sum(closer & (diff > eps)) + 0.5 * np.sum(closer & (np.abs(diff) <= eps))
             total += int(np.sum(closer))
         rate = violations / total
         return ViolationRate(float(rate), total, True, float(rate), float(rate), kind)
@@ -311,7 +316,7 @@ def monotonicity_violation_rate(X: np.ndarray, kind: str = "triplets", input_kin
         closer = o[:, None] < o[None, :]
         diff = e[:, None] - e[None, :]
         total = int(closer.sum())
-        rate = (np.sum(closer & (diff > 0)) + 0.5 * np.sum(closer & (diff == 0))) / total
+        rate = (np.sum(closer & (diff > eps)) + 0.5 * np.sum(closer & (np.abs(diff) <= eps))) / total
         return ViolationRate(float(rate), total, True, float(rate), float(rate), kind)
     rng = np.random.default_rng(seed)
     if kind == "triplets":
@@ -328,7 +333,7 @@ def monotonicity_violation_rate(X: np.ndarray, kind: str = "triplets", input_kin
         i1, j1, i2, j2, o1, o2 = (x[keep][:sample] for x in (i1, j1, i2, j2, o1, o2))
         near_d = np.where(o1 < o2, D[i1, j1], D[i2, j2])
         far_d = np.where(o1 < o2, D[i2, j2], D[i1, j1])
-    score = (near_d > far_d) + 0.5 * (near_d == far_d)
+    score = (near_d - far_d > eps) + 0.5 * (np.abs(near_d - far_d) <= eps)
     m = score.size
     rate = float(score.mean())
     half = 1.96 * float(score.std(ddof=1)) / np.sqrt(m) if m > 1 else float("nan")

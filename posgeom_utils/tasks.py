@@ -114,3 +114,34 @@ def planted_task(task: str = "precedes", L: int = 16, V: int = 32, num_sequences
     t = lambda arr: torch.as_tensor(arr)  # noqa: E731
     return TokenTask(t(X[:split]), t(y[:split]), t(X[split:]), t(y[split:]), V + 3, L,
                      f"planted '{task}' task on a {background} background (L={L}, V={V})")
+
+
+def masked_task(ids: np.ndarray, V: int, mask_rate: float = 0.15, eval_fraction: float = 0.25,
+                seed: int = 0) -> TokenTask:
+    """Masked-language modelling on complete sequences of token ids in ``[0, V)`` (no padding).
+
+    Ids are shifted by two: 0 is the padding id and 1 the ``[MASK]`` id. Each token is masked with
+    probability ``mask_rate`` (at least one per sequence); the targets are the original (shifted) ids at
+    masked positions and ``-100`` (not scored) elsewhere. On a corpus whose positions are drawn
+    independently, the best prediction at position i is mu_i itself: the loss is *positionally sufficient*.
+    Chapter: *Monotonicity*.
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 2 or ids.shape[0] < 2 or ids.shape[1] < 1:
+        raise ValueError(f"ids must be a (num_sequences >= 2, L >= 1) array, got shape {ids.shape}")
+    if ids.min() < 0 or ids.max() >= V:
+        raise ValueError(f"ids must lie in [0, V={V}), got range [{ids.min()}, {ids.max()}]")
+    if not 0.0 < mask_rate <= 1.0:
+        raise ValueError(f"mask_rate must be in (0, 1], got {mask_rate}")
+    rng = np.random.default_rng(seed)
+    shifted = ids.astype(np.int64) + 2
+    masked = rng.random(ids.shape) < mask_rate
+    masked[np.arange(len(ids)), rng.integers(0, ids.shape[1], len(ids))] = True
+    X = np.where(masked, 1, shifted)
+    y = np.where(masked, shifted, -100)
+    split = int(len(ids) * (1 - eval_fraction))
+    if split < 1 or split >= len(ids):
+        raise ValueError(f"eval_fraction={eval_fraction} leaves an empty train or eval split for {len(ids)} sequences")
+    t = lambda arr: torch.as_tensor(arr)  # noqa: E731
+    return TokenTask(t(X[:split]), t(y[:split]), t(X[split:]), t(y[split:]), V + 2, ids.shape[1],
+                     f"masked-language modelling (mask rate {mask_rate}, L={ids.shape[1]}, V={V})")

@@ -32,6 +32,7 @@ class TrainConfig:
     batch_size: int = 64
     lr: float = 1e-3
     weight_decay: float = 0.0
+    optimizer: str = "adamw"  # "adamw" or "sgd" (plain gradient descent: the lazy / NTK regime of *Monotonicity*)
     seed: int = 0
     device: str = "auto"
     eval_every: int = 50
@@ -49,6 +50,8 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.optimizer not in ("adamw", "sgd"):
+            raise ValueError(f"optimizer must be 'adamw' or 'sgd', got {self.optimizer!r}")
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.weight_decay < 0:
@@ -70,20 +73,37 @@ class History:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy of a classifier on (X, y); the model's train/eval mode is kept."""
+    """Mean cross-entropy and accuracy of a classifier on (X, y); the model's train/eval mode is kept.
+
+    Token-level targets (``y`` of shape (batch, L), ``-100`` = not scored, as for masked-language
+    modelling) are averaged over the scored tokens.
+    """
     if len(X) == 0 or len(X) != len(y):
         raise ValueError(f"X and y must be non-empty and of equal length, got {len(X)} and {len(y)}")
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    losses, correct = [], 0
+    losses, correct, scored = [], 0, 0
     for start in range(0, len(X), batch_size):
         xb, yb = X[start : start + batch_size].to(device), y[start : start + batch_size].to(device)
         logits = model(xb).float()
-        losses.append(F.cross_entropy(logits, yb, reduction="sum").item())
-        correct += (logits.argmax(-1) == yb).sum().item()
+        losses.append(_loss(logits, yb, reduction="sum").item())
+        keep = yb != IGNORE
+        correct += ((logits.argmax(-1) == yb) & keep).sum().item()
+        scored += keep.sum().item()
     model.train(was_training)
-    return sum(losses) / len(X), correct / len(X)
+    return sum(losses) / max(scored, 1), correct / max(scored, 1)
+
+
+#: token targets with this value are not scored (the masked-language-modelling convention)
+IGNORE = -100
+
+
+def _loss(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy for sequence labels (batch, C) or token labels (batch, L, C) with ``IGNORE``."""
+    if logits.dim() == 3:
+        return F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE, reduction=reduction)
+    return F.cross_entropy(logits, y, reduction=reduction)
 
 
 def _checkpoint_path(config: TrainConfig) -> Path | None:
@@ -91,7 +111,7 @@ def _checkpoint_path(config: TrainConfig) -> Path | None:
 
 
 #: settings that must match when a run resumes from a checkpoint (``steps`` may grow)
-_RESUME_KEYS = ("batch_size", "lr", "weight_decay", "seed")
+_RESUME_KEYS = ("batch_size", "lr", "weight_decay", "seed", "optimizer")
 
 
 def _save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, generator: torch.Generator,
@@ -129,13 +149,17 @@ def _train(model: nn.Module, X_train: torch.Tensor, y_train: torch.Tensor, X_eva
     seed_everything(config.seed)
     device = select_device(config.device)
     model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    if config.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     generator = torch.Generator().manual_seed(config.seed)
     history, start, running = History(), 0, []
     path = _checkpoint_path(config)
     if path is not None and path.is_file():
         state = torch.load(path, map_location=device, weights_only=False)
-        changed = [k for k in _RESUME_KEYS if state["config"].get(k) != getattr(config, k)]
+        changed = [k for k in _RESUME_KEYS if state["config"].get(k, "adamw" if k == "optimizer" else None)
+                   != getattr(config, k)]
         if changed:
             raise ValueError(f"checkpoint_dir={config.checkpoint_dir!r} holds a run with different {changed}: "
                              f"use another checkpoint_dir or the same settings to resume")
@@ -150,7 +174,7 @@ def _train(model: nn.Module, X_train: torch.Tensor, y_train: torch.Tensor, X_eva
         idx = torch.randint(len(X_train), (config.batch_size,), generator=generator)
         xb, yb = X_train[idx].to(device), y_train[idx].to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
-            loss = F.cross_entropy(model(xb).float(), yb)
+            loss = _loss(model(xb).float(), yb)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

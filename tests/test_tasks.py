@@ -218,3 +218,21 @@ def test_order_task_on_sst2_is_balanced(data_dir, tokenizer):
     assert np.all((X > 0).sum(1) >= 5) and padding_at_end(X, 0)
     assert task.vocab_size == X.max() + 1
     assert task.description == "sst2/train: original vs shuffled word order"
+
+
+def test_masked_task_targets_only_masked_tokens():
+    from posgeom_utils.tasks import masked_task
+
+    ids = np.random.default_rng(0).integers(0, 10, size=(200, 12))
+    task = masked_task(ids, 10, mask_rate=0.2, seed=1)
+    X = np.concatenate([task.X_train.numpy(), task.X_eval.numpy()])
+    y = np.concatenate([task.y_train.numpy(), task.y_eval.numpy()])
+    masked = X == 1
+    assert masked.any(axis=1).all()  # at least one masked token per sequence
+    assert np.array_equal(y[masked], ids[masked] + 2) and (y[~masked] == -100).all()
+    assert np.array_equal(X[~masked], ids[~masked] + 2)
+    assert task.vocab_size == 12 and 0.15 < masked.mean() < 0.3
+    with pytest.raises(ValueError, match="ids must lie"):
+        masked_task(ids, 5)
+    with pytest.raises(ValueError, match="mask_rate"):
+        masked_task(ids, 10, mask_rate=0.0)

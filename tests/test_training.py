@@ -315,3 +315,23 @@ def test_unknown_device(data):
 def test_history_final_accuracy_of_empty_history_is_nan():
     assert np.isnan(History().final_accuracy())
     assert History(step=[1], eval_accuracy=[0.75]).final_accuracy() == 0.75
+
+
+def test_masked_lm_training_with_sgd_lowers_token_loss():
+    """Token-level targets (-100 = not scored) and the plain-SGD optimiser of the Monotonicity chapter."""
+    import torch
+
+    from posgeom_utils.tasks import masked_task
+
+    rng = np.random.default_rng(0)
+    mu = rng.dirichlet(np.full(6, 0.5), size=8)  # position i draws from mu_i
+    ids = np.stack([rng.choice(6, size=400, p=m) for m in mu], axis=1)
+    task = masked_task(ids, 6, seed=0)
+    torch.manual_seed(0)
+    net = PositionalTransformer(task.vocab_size, d=16, n_heads=2, n_layers=1, max_len=8, task="mlm")
+    before, _ = evaluate(net, task.X_eval, task.y_eval)
+    history = train_classifier(net, task.X_train, task.y_train, task.X_eval, task.y_eval,
+                               TrainConfig(steps=60, lr=0.5, optimizer="sgd", eval_every=30, threads=1))
+    assert history.eval_loss[-1] < before - 0.1
+    with pytest.raises(ValueError, match="optimizer"):
+        TrainConfig(optimizer="lion")
