@@ -7,6 +7,10 @@ corpus under the model's tokenizer, builds their Hellinger matrix D_H, and score
 scale-fitted stress, exact triplet monotonicity violation rate) the model's own positional mechanism
 (learned absolute table, RoPE or ALiBi, read from the checkpoint / config), the MDS optimum at the model's
 width and the sinusoidal encoding of the same width.
+
+``posgeom run --profile smoke|default|paper`` re-executes the chapters through papermill and keeps their
+results with provenance (:mod:`posgeom_utils.runner`; chapter: *How this book is built* (README),
+*Reproduction ledger*).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -50,13 +55,31 @@ Offline, --model must be a local folder or the packaged all-MiniLM-L6-v2; sst2 /
 --data-dir or $POSGEOM_DATA_DIR (a folder laid out like shared/data).
 """
 
+_RUN_EPILOG = """\
+examples:
+  posgeom run --profile smoke
+  posgeom run --profile default --chapters necessity low_rank --out runs/mine
+  posgeom run --profile paper --device cuda
+  posgeom run --profile paper --cap 2000      # a capped paper run on a CPU
+  posgeom run --profile smoke --force --source-dir notebooks
+
+Size parameters bounded by --cap:
+{size}
+A chapter is skipped when its results.json has the same profile, requested parameters, package version,
+git commit and source hash (the chapter and posgeom_utils/*.py); --force reruns it. An interrupted
+training run resumes from OUT/<chapter>/checkpoints/ when the same run is started again.
+Exit status: 0 when every chapter ran or was skipped, 1 when a chapter failed, 2 on bad usage.
+The corpora are read from $POSGEOM_DATA_DIR as in the book build.
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``posgeom`` argument parser (exposed for documentation and tests)."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Positional-encoding geometry tools for the book's helper package posgeom_utils.",
-        epilog="example: posgeom stress --model bert-base-uncased --corpus sst2 --n 64\n"
+        epilog="examples: posgeom stress --model bert-base-uncased --corpus sst2 --n 64\n"
+               "          posgeom run --profile smoke\n"
                "Run 'posgeom <command> --help' for the options of a command.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -99,6 +122,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="also save a figure of D_H next to the model's positional distance matrix")
     p.set_defaults(func=_run_stress)
+
+    from .profiles import PROFILES
+    from .runner import SIZE_PARAMETERS
+
+    r = sub.add_parser(
+        "run",
+        help="re-execute the chapters under a profile (papermill) and keep their results with provenance",
+        description="Re-execute chapter notebooks through papermill with a parameter profile. Each chapter\n"
+                    "gets a folder OUT/<chapter>/ with the executed notebook, results.json (its parameters,\n"
+                    "every glued number and their provenance: profile, parameters, package version, git\n"
+                    "commit, source hash, library versions, device, cap, timings) and checkpoints/\n"
+                    "(resumable training). A chapter whose results.json is current is skipped; a failing\n"
+                    "chapter is recorded in OUT/<chapter>/failed.json and the others still run.",
+        epilog=_RUN_EPILOG.format(size=textwrap.fill(", ".join(SIZE_PARAMETERS), 100,
+                                                    initial_indent="  ", subsequent_indent="  ")),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    r.add_argument("--profile", required=True, choices=sorted(PROFILES),
+                   help="parameter profile: smoke (seconds, as in the tests), default (each chapter's own "
+                        "parameters cell, as in the book build), paper (full scale, sized for a GPU)")
+    r.add_argument("--chapters", nargs="+", default=None, metavar="CHAPTER",
+                   help="chapter names, the .md file names in --source-dir without the suffix "
+                        "(default: every chapter)")
+    r.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None,
+                   help="where models train, injected into the chapters that have a device parameter "
+                        "(default: each chapter's own, normally auto: CUDA when available)")
+    r.add_argument("--out", default=None, metavar="DIR",
+                   help="output folder (default: runs/<profile>-<YYYY-MM-DD> under the current folder)")
+    r.add_argument("--cap", type=int, default=None, metavar="N",
+                   help="bound every size parameter (texts, examples, training steps) by N; 'whole corpus' "
+                        "becomes N too. Recorded in the provenance (default: no cap)")
+    r.add_argument("--force", action="store_true",
+                   help="rerun chapters whose results are current, and start training from scratch")
+    r.add_argument("--source-dir", default=None, metavar="DIR",
+                   help="folder holding the chapters' MyST notebooks (default: the repository's notebooks/)")
+    r.set_defaults(func=_run_run)
     return parser
 
 
@@ -319,10 +378,30 @@ def _plot(D: np.ndarray, E: np.ndarray | None, name: str, info: dict, path: Path
         raise UsageError(f"--plot {str(path)!r}: cannot save the figure ({exc}); pass a writable .png path") from exc
 
 
+# --------------------------------------------------------------------------- posgeom run
+
+def _run_run(args: argparse.Namespace) -> int:
+    from .runner import RunError, run_chapters
+
+    try:
+        summary = run_chapters(
+            args.profile, chapters=args.chapters, device=args.device,
+            out=Path(args.out).expanduser() if args.out else None, cap=args.cap, force=args.force,
+            source_dir=Path(args.source_dir).expanduser() if args.source_dir else None,
+            log=lambda line: print(line, flush=True),
+        )
+    except RunError as exc:
+        raise UsageError(f"{exc.argument}: {exc}") from exc
+    return 0 if summary.ok else 1
+
+
 # --------------------------------------------------------------------------- entry point
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``posgeom``; returns the exit code (0 success, 2 bad usage or input). ``--help`` raises SystemExit(0)."""
+    """Run ``posgeom``; returns the exit code (0 success, 1 a chapter of ``run`` failed, 2 bad usage or input).
+
+    ``--help`` raises SystemExit(0).
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     restore = {}

@@ -1,0 +1,356 @@
+"""``posgeom run`` (posgeom_utils.runner): results with provenance, skipping, failures, resume, cap, the CLI.
+
+Most tests execute tiny fake MyST chapters written here (a kernel start each, a few seconds); the last test
+uses the session fixture ``smoke_run`` (conftest.py), which runs every real chapter with the smoke profile.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from posgeom_utils import runner
+from posgeom_utils.cli import build_parser, main
+from posgeom_utils.runner import RunError, RunSummary, requested_parameters, run_chapters
+
+HEADER = """\
+---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+    format_version: 0.13
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+# {name}
+"""
+
+PROVENANCE = ("profile", "requested_parameters", "package_version", "commit", "dirty", "source_hash",
+              "libraries", "device_name", "cap", "started", "finished", "wall_seconds", "hostname", "platform")
+
+
+def cell(source: str, tags: str | None = None) -> str:
+    meta = f":tags: [{tags}]\n\n" if tags else ""
+    return f"\n```{{code-cell}} ipython3\n{meta}{textwrap.dedent(source).strip()}\n```\n"
+
+
+def chapter(name: str, parameters: str, body: str, save: bool = True) -> str:
+    """A fake chapter in the book's layout: imports + start_parameters, parameters, show_parameters, body,
+    and save_results() in the last cell."""
+    text = HEADER.format(name=name)
+    text += cell("""
+        from posgeom_utils.report import glue, save_results, show_parameters, start_parameters
+
+        start_parameters(globals())
+        """)
+    text += cell(parameters, tags="parameters")
+    text += cell(f'show_parameters("{name}", globals())')
+    text += cell(body)
+    if save:
+        text += cell("save_results()")
+    return text
+
+
+ALPHA = chapter("alpha", """
+    profile = "default"
+    n = 3
+    sample_size = 100  # capped by --cap
+    train_steps = None  # None means 'all', capped by --cap
+    device = "auto"
+    """, """
+    glue("total", n * sample_size)
+    glue("label", f"n={n}")
+    """)
+BETA = chapter("beta", """
+    profile = "default"
+    k = 7
+    """, """
+    glue("square", k * k)
+    """)
+BROKEN = chapter("broken", 'profile = "default"', """
+    glue("before", 1)
+    raise ValueError("deliberate failure in a fake chapter")
+    """)
+LEGACY = chapter("legacy", 'profile = "default"\nm = 5', 'glue("double", 2 * m)', save=False)
+SILENT = chapter("silent", 'profile = "default"', "x = 1", save=False)
+TRAINER = chapter("trainer", """
+    profile = "default"
+    train_steps = 20
+    """, """
+    import os
+
+    import torch
+    from torch import nn
+
+    from posgeom_utils.report import checkpoint_dir
+    from posgeom_utils.training import TrainConfig, train_classifier
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(96, 4, generator=g)
+    y = (X[:, 0] > 0).long()
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    seen = []
+
+
+    def callback(step, model):
+        seen.append(step)
+        if step == 10 and os.path.exists("INTERRUPT"):  # relative to the chapter folder, as in the book
+            raise RuntimeError("interrupted at step 10")
+
+
+    config = TrainConfig(steps=train_steps, batch_size=16, eval_every=10, checkpoint_every=5, device="cpu",
+                         threads=1, checkpoint_dir=checkpoint_dir("linear"))
+    history = train_classifier(model, X[:64], y[:64], X[64:], y[64:], config, callback=callback)
+    glue("callback_steps", seen)
+    glue("history_steps", history.step)
+    glue("weight_sum", float(model.weight.sum()))
+    """)
+
+
+def write(folder: Path, **chapters: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in chapters.items():
+        (folder / f"{name}.md").write_text(text)
+    return folder
+
+
+def results(out: Path, name: str) -> dict:
+    return json.loads((out / name / "results.json").read_text())
+
+
+def quiet(_line: str) -> None:
+    pass
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own usage errors and --help
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --------------------------------------------------------------------------- results, provenance, skipping
+
+@pytest.fixture(scope="module")
+def two_chapters(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, RunSummary]:
+    """alpha and beta executed once with the smoke profile."""
+    root = tmp_path_factory.mktemp("run")
+    source = write(root / "src", alpha=ALPHA, beta=BETA)
+    (source / "README.md").write_text("# not a notebook\n")  # plain markdown is not a chapter
+    out = root / "out"
+    return source, out, run_chapters("smoke", out=out, source_dir=source, log=quiet)
+
+
+def test_results_json_has_parameters_results_and_provenance(two_chapters):
+    source, out, summary = two_chapters
+    assert summary.ok and summary.ran == ["alpha", "beta"] and not summary.skipped
+    assert set(summary.seconds) == {"alpha", "beta"}
+    a = results(out, "alpha")
+    assert a["chapter"] == "alpha"
+    assert a["results"] == {"total": 300, "label": "n=3"}
+    assert a["parameters"]["profile"] == "smoke" and a["parameters"]["n"] == 3
+    assert a["parameters"]["sample_size"] == 100 and a["parameters"]["device_name"] == a["provenance"]["device_name"]
+    prov = a["provenance"]
+    assert set(PROVENANCE) <= set(prov)
+    assert prov["profile"] == "smoke" and prov["requested_parameters"] == {"profile": "smoke"}
+    assert prov["cap"] is None and prov["results_source"] == "save_results"
+    assert len(prov["source_hash"]) == 64 and prov["wall_seconds"] > 0
+    assert prov["started"] <= prov["finished"] and prov["started"].endswith("+00:00")
+    assert set(runner.LIBRARIES) | {"python"} <= set(prov["libraries"]) and prov["libraries"]["numpy"]
+    assert results(out, "beta")["results"] == {"square": 49}
+    for name in ("alpha", "beta"):
+        folder = out / name
+        assert (folder / f"{name}.ipynb").is_file() and (folder / "checkpoints").is_dir()
+        assert not (folder / "results.partial.json").exists() and not (folder / "failed.json").exists()
+
+
+def test_second_run_skips_and_changes_rerun(two_chapters, tmp_path):
+    source, out, _ = two_chapters
+    lines: list[str] = []
+    again = run_chapters("smoke", out=out, source_dir=source, log=lines.append)
+    assert again.skipped == ["alpha", "beta"] and not again.ran and again.ok
+    assert any("alpha: skipped (current)" in line for line in lines)
+    before = results(out, "alpha")["provenance"]["started"]
+    # another profile, force, and an edited source each rerun the chapter
+    assert run_chapters("default", ["alpha"], out=out, source_dir=source, log=quiet).ran == ["alpha"]
+    assert results(out, "alpha")["parameters"]["profile"] == "default"
+    assert run_chapters("default", ["alpha.md"], out=out, source_dir=source, log=quiet).skipped == ["alpha"]
+    assert run_chapters("default", ["alpha"], out=out, source_dir=source, force=True, log=quiet).ran == ["alpha"]
+    edited = tmp_path / "src"
+    write(edited, alpha=ALPHA.replace("n = 3", "n = 4"))
+    assert run_chapters("default", ["alpha"], out=out, source_dir=edited, log=quiet).ran == ["alpha"]
+    a = results(out, "alpha")
+    assert a["results"]["total"] == 400 and a["provenance"]["started"] >= before
+
+
+# --------------------------------------------------------------------------- failures
+
+def test_a_failing_chapter_does_not_stop_the_others(tmp_path, capsys):
+    source = write(tmp_path / "src", alpha=ALPHA, broken=BROKEN, legacy=LEGACY, silent=SILENT)
+    out = tmp_path / "out"
+    code, stdout, stderr = run_cli(["run", "--profile", "smoke", "--source-dir", str(source), "--out", str(out)],
+                                   capsys)
+    assert code == 1, stderr
+    assert "broken: FAILED" in stdout and "alpha: ran" in stdout and "2 ran, 0 skipped, 2 failed" in stdout
+    failed = json.loads((out / "broken" / "failed.json").read_text())
+    assert failed["error"] == "ValueError" and "deliberate failure" in failed["message"]
+    assert any("deliberate failure" in line for line in failed["traceback"]) and failed["wall_seconds"] > 0
+    assert not (out / "broken" / "results.json").exists() and (out / "broken" / "broken.ipynb").is_file()
+    # an old chapter without save_results: its glued values are read back from the executed notebook
+    legacy = results(out, "legacy")
+    assert legacy["results"] == {"double": 10} and legacy["provenance"]["results_source"] == "glue outputs"
+    silent = json.loads((out / "silent" / "failed.json").read_text())
+    assert "save_results" in silent["message"]
+    assert results(out, "alpha")["results"]["total"] == 300
+
+    # once fixed, the chapter runs, failed.json goes, and the others are skipped
+    write(source, broken=BROKEN.replace('raise ValueError("deliberate failure in a fake chapter")', ""))
+    summary = run_chapters("smoke", ["alpha", "broken"], out=out, source_dir=source, log=quiet)
+    assert summary.ok and summary.ran == ["broken"] and summary.skipped == ["alpha"]
+    assert not (out / "broken" / "failed.json").exists() and results(out, "broken")["results"] == {"before": 1}
+
+
+# --------------------------------------------------------------------------- resume
+
+def test_interrupted_training_resumes_from_its_checkpoint(tmp_path):
+    source = write(tmp_path / "src", trainer=TRAINER)
+    out = tmp_path / "out"
+    (source / "INTERRUPT").touch()
+    first = run_chapters("smoke", out=out, source_dir=source, log=quiet)
+    assert first.failed == ["trainer"]
+    assert "interrupted at step 10" in json.loads((out / "trainer" / "failed.json").read_text())["message"]
+    checkpoint = out / "trainer" / "checkpoints" / "linear" / "checkpoint.pt"
+    assert checkpoint.is_file()  # written at step 5, before the interruption
+
+    (source / "INTERRUPT").unlink()
+    resumed = run_chapters("smoke", out=out, source_dir=source, log=quiet)
+    assert resumed.ran == ["trainer"]
+    r = results(out, "trainer")["results"]
+    # a fresh run calls back at 0, 10, 20; the resumed one started after step 5, so never at 0
+    assert r["callback_steps"] == [10, 20] and r["history_steps"] == [10, 20]
+
+    fresh = run_chapters("smoke", out=out, source_dir=source, force=True, log=quiet)  # force: from scratch
+    assert fresh.ran == ["trainer"]
+    f = results(out, "trainer")["results"]
+    assert f["callback_steps"] == [0, 10, 20]
+    assert f["weight_sum"] == pytest.approx(r["weight_sum"], abs=1e-6)  # resuming changes nothing
+
+    # a different run (another profile: other parameters) never reuses these checkpoints
+    other = run_chapters("default", out=out, source_dir=source, log=quiet)
+    assert other.ran == ["trainer"] and results(out, "trainer")["results"]["callback_steps"] == [0, 10, 20]
+
+
+# --------------------------------------------------------------------------- cap, device, usage errors
+
+def test_cap_bounds_every_size_parameter():
+    declared = {"profile": "default", "sample_size": 8000, "task_size": 20000, "train_steps": 300, "n": 64,
+                "planted_sequences": 500, "device": "auto"}
+    params = requested_parameters("low_rank", "paper", declared, device="cuda", cap=2000)
+    # the profile's None (whole corpus) and large values are capped; declared defaults too; others untouched
+    assert params["sample_size"] == 2000 and params["task_size"] == 2000 and params["train_steps"] == 2000
+    assert params["planted_sequences"] == 500 and params["n"] == 512 and params["device"] == "cuda"
+    assert params["profile"] == "paper"
+    # device is injected only into chapters that declare it; a chapter absent from the profile gets its name
+    assert requested_parameters("fake", "smoke", {"n": 3}, device="cpu") == {"profile": "smoke"}
+    assert set(runner.SIZE_PARAMETERS) >= {"sample_size", "train_steps", "finetune_steps", "width_steps"}
+
+
+def test_cap_is_injected_and_recorded(two_chapters, tmp_path):
+    source, _, _ = two_chapters
+    out = tmp_path / "out"
+    summary = run_chapters("smoke", ["alpha"], out=out, source_dir=source, cap=40, device="cpu", log=quiet)
+    assert summary.ran == ["alpha"]
+    a = results(out, "alpha")
+    assert a["provenance"]["cap"] == 40
+    assert a["provenance"]["requested_parameters"] == {"profile": "smoke", "sample_size": 40,
+                                                       "train_steps": 40, "device": "cpu"}
+    assert a["parameters"]["sample_size"] == 40 and a["parameters"]["train_steps"] == 40
+    assert a["results"]["total"] == 3 * 40
+
+
+@pytest.fixture
+def on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every device resolve to the CPU (as on the book's build machines), GPU or not."""
+    monkeypatch.setattr(runner, "device_name", lambda device="auto": "cpu")
+
+
+def test_usage_errors(two_chapters, tmp_path, on_cpu):
+    source, _, _ = two_chapters
+    with pytest.raises(RunError, match=r"--cap N \(e.g. --cap 2000\)") as info:
+        run_chapters("paper", out=tmp_path, source_dir=source, log=quiet)
+    assert info.value.argument == "--profile paper"
+    with pytest.raises(RunError, match="choose from alpha, beta"):
+        run_chapters("smoke", ["gamma"], out=tmp_path, source_dir=source, log=quiet)
+    with pytest.raises(RunError, match="--source-dir"):
+        run_chapters("smoke", out=tmp_path, source_dir=tmp_path / "missing", log=quiet)
+    with pytest.raises(RunError, match=">= 1"):
+        run_chapters("smoke", out=tmp_path, source_dir=source, cap=0, log=quiet)
+    with pytest.raises(RunError, match="unknown profile"):
+        run_chapters("huge", out=tmp_path, source_dir=source, log=quiet)
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--profile", "paper"], ["--profile paper", "--cap"]),
+    (["--profile", "paper", "--device", "cpu"], ["--cap 2000", "--device cuda"]),
+    (["--profile", "smoke", "--chapters", "gamma"], ["--chapters", "gamma", "alpha, beta"]),
+    (["--profile", "smoke", "--cap", "0"], ["--cap", ">= 1"]),
+    (["--profile", "huge"], ["--profile", "invalid choice"]),
+])
+def test_cli_usage_errors_exit_2(two_chapters, tmp_path, on_cpu, capsys, argv, words):
+    source, _, _ = two_chapters
+    code, stdout, stderr = run_cli(["run", *argv, "--source-dir", str(source), "--out", str(tmp_path / "o")],
+                                   capsys)
+    assert code == 2 and not stdout
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("posgeom run: error:") and all(w in last for w in words), stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_missing_source_dir_exit_2(tmp_path, capsys):
+    code, _, stderr = run_cli(["run", "--profile", "smoke", "--source-dir", str(tmp_path / "nope")], capsys)
+    assert code == 2 and stderr.count("\n") == 1 and "pass --source-dir DIR" in stderr
+
+
+def test_cli_success_exit_0_and_skip(two_chapters, capsys):
+    source, out, _ = two_chapters
+    code, stdout, _ = run_cli(["run", "--profile", "smoke", "--source-dir", str(source), "--out", str(out),
+                               "--chapters", "beta"], capsys)
+    assert code == 0 and "beta: skipped (current)" in stdout and "0 ran, 1 skipped, 0 failed" in stdout
+
+
+def test_run_help_mentions_every_option(capsys):
+    code, stdout, _ = run_cli(["run", "--help"], capsys)
+    assert code == 0
+    sub = next(a for a in build_parser()._subparsers._group_actions if a.dest == "command").choices["run"]
+    options = [s for action in sub._actions for s in action.option_strings]
+    assert {"--profile", "--chapters", "--device", "--out", "--cap", "--force", "--source-dir"} <= set(options)
+    for option in options:
+        assert option in stdout
+    assert "posgeom run --profile paper --device cuda" in stdout and "posgeom run --profile paper --cap 2000" in stdout
+    code, stdout, _ = run_cli(["--help"], capsys)
+    assert code == 0 and "run" in stdout
+
+
+# --------------------------------------------------------------------------- the real chapters
+
+@pytest.mark.notebook
+def test_smoke_run_of_every_real_chapter(smoke_run: RunSummary):
+    chapters = runner.available_chapters(runner.default_source_dir())
+    assert not smoke_run.failed, [json.loads((smoke_run.out / c / "failed.json").read_text())["message"]
+                                  for c in smoke_run.failed]
+    assert sorted(smoke_run.ran) == chapters
+    for name in chapters:
+        data = results(smoke_run.out, name)
+        assert data["results"], f"{name}: no glued results"
+        assert data["provenance"]["profile"] == "smoke" and data["parameters"]["profile"] == "smoke"
