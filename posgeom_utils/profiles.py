@@ -18,6 +18,9 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "necessity": {"n": 16, "synthetic_len": 8, "sample_size": 3000, "n_seeds": 2, "train_steps": 30},
         "separation": {"train_steps": 200, "sample_size": 64, "finetune_len": 16,
                        "finetune_steps": 4},
+        "monotonicity": {"sample_size": 3000, "n": 24, "n_max": 64, "min_count": 20, "random_tables": 5,
+                         "task_size": 1000, "train_steps": 20, "synthetic_sequences": 600, "widths": [8, 32],
+                         "width_steps": 30},
     },
     "default": {
         "positions_in_real_text": {},
@@ -25,6 +28,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "low_rank": {},
         "necessity": {},
         "separation": {},
+        "monotonicity": {},
     },
     "paper": {
         "positions_in_real_text": {"sample_size": None, "n": 512, "min_count": 100},
@@ -34,6 +38,8 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "necessity": {"n": 64, "sample_size": None, "d": 128, "n_seeds": 10, "train_steps": 3000},
         "separation": {"n": 64, "d": 128, "train_steps": 3000, "sample_size": 8000, "finetune_len": 64,
                        "finetune_steps": 1000},
+        "monotonicity": {"sample_size": None, "random_tables": 100, "task_size": 60000, "train_steps": 3000,
+                         "synthetic_sequences": 20000, "widths": [64, 256, 1024], "width_steps": 3000},
     },
 }
 

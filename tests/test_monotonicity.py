@@ -69,3 +69,53 @@ def test_too_few_positions_and_large_exact_pairs() -> None:
         monotonicity_violation_rate(np.zeros((2, 2)))
     with pytest.raises(ValueError, match="sample"):
         monotonicity_violation_rate(sinusoidal(80, 4), kind="pairs")
+
+
+def test_rate_sees_only_the_order_of_distances() -> None:
+    """Proposition 'what the rate does not see': increasing maps of D, and encodings with D's distances,
+    give the same rate (Hellinger vs Fisher-Rao; an encoding vs its full-rank MDS; scaled, rotated, shifted)."""
+    from posgeom_utils.encodings import mds_encoding
+    from posgeom_utils.geometry import fisher_rao_distances, hellinger_distances
+
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        mu = rng.dirichlet(np.full(40, 0.3), size=25)
+        D = hellinger_distances(mu)
+        base = monotonicity_violation_rate(D).rate
+        assert monotonicity_violation_rate(fisher_rao_distances(mu), input_kind="distances").rate == pytest.approx(base)
+        assert monotonicity_violation_rate(D ** 3, input_kind="distances").rate == pytest.approx(base)
+        P = mds_encoding(D, 30)
+        assert monotonicity_violation_rate(P).rate == pytest.approx(base)
+        Q = np.linalg.qr(rng.normal(size=(30, 30)))[0]
+        assert monotonicity_violation_rate(2.5 * P @ Q + rng.normal(size=30)).rate == pytest.approx(base)
+
+
+def test_margin_transfer_through_a_linear_map() -> None:
+    """Lemma 'margin transfer': a triplet of P = X A^T violated although X is not must have a distance
+    ratio d(i, j) / d(i, k) in [1/kappa, 1], kappa the condition number of A."""
+    checked = 0
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        X = np.cumsum(rng.normal(size=(20, 6)), axis=0)  # a random walk: mostly monotone in |i - j|
+        A = rng.normal(size=(12, 6))
+        s = np.linalg.svd(A, compute_uv=False)
+        kappa = s.max() / s.min()
+        DX, DP = pairwise_distances(X), pairwise_distances(X @ A.T)
+        n = len(X)
+        for i in range(n):
+            for j in range(n):
+                for k in range(n):
+                    if 0 < abs(i - j) < abs(i - k) and DX[i, j] < DX[i, k] and DP[i, j] > DP[i, k]:
+                        assert DX[i, j] / DX[i, k] >= 1 / kappa - 1e-12
+                        checked += 1
+    assert checked > 0  # the statement was exercised, not vacuous
+
+
+def test_float_noise_is_a_tie() -> None:
+    """Distances equal up to rounding count as ties (tie_tol), so D and a re-embedding of D agree."""
+    D = three_points(1.0)
+    noisy = D + np.array([[0, 0, 1e-15], [0, 0, 0], [1e-15, 0, 0]])
+    assert monotonicity_violation_rate(noisy, input_kind="distances").rate == 0.5
+    assert monotonicity_violation_rate(noisy, input_kind="distances", tie_tol=0.0).rate != 0.5
+    with pytest.raises(ValueError, match="tie_tol"):
+        monotonicity_violation_rate(D, tie_tol=-1.0)
