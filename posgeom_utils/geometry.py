@@ -338,3 +338,23 @@ def monotonicity_violation_rate(X: np.ndarray, kind: str = "triplets", input_kin
     rate = float(score.mean())
     half = 1.96 * float(score.std(ddof=1)) / np.sqrt(m) if m > 1 else float("nan")
     return ViolationRate(rate, int(m), False, float(rate - half), float(rate + half), kind)
+
+
+def linear_cka(X: np.ndarray, Y: np.ndarray) -> float:
+    """Linear centred kernel alignment of two representations of the same n points (rows).
+
+    ``CKA = ||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F)`` with column-centred ``Xc``, ``Yc``: 1 for
+    representations equal up to an orthogonal map, a translation and a global scale, 0 for orthogonal
+    (unrelated) Gram matrices. The widths may differ. Chapter: *Layer-wise geometry*.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64)
+    if X.ndim != 2 or Y.ndim != 2 or X.shape[0] != Y.shape[0] or X.shape[0] < 2:
+        raise ValueError(f"X and Y must be (n, d) and (n, d') with the same n >= 2, got {X.shape} and {Y.shape}")
+    Xc, Yc = X - X.mean(0), Y - Y.mean(0)
+    # Gram-matrix form (n x n): cheaper than d x d' when n < d, as for positions
+    Kx, Ky = Xc @ Xc.T, Yc @ Yc.T
+    denom = np.linalg.norm(Kx) * np.linalg.norm(Ky)
+    if denom == 0:
+        raise ValueError("CKA is undefined for a representation with all rows equal (zero variance)")
+    return float(np.sum(Kx * Ky) / denom)

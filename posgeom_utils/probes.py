@@ -43,6 +43,32 @@ class LayerMeans:
         """Number of positions kept (those reached by at least one sequence)."""
         return self.means.shape[1]
 
+    def merge(self, other: "LayerMeans") -> "LayerMeans":
+        """The means over both runs' texts (count-weighted), on the positions both reach.
+
+        Both must be uncentred (``centre="none"``): probe disjoint parts of a corpus separately (for a
+        stability check, or on several machines) and merge them. Chapter: *Layer-wise geometry*.
+        """
+        if self.centre != "none" or other.centre != "none":
+            raise ValueError("merge needs uncentred means: probe with centre='none', then call centred()")
+        if self.means.shape[0] != other.means.shape[0] or self.means.shape[2] != other.means.shape[2]:
+            raise ValueError(f"cannot merge means of shapes {self.means.shape} and {other.means.shape}: "
+                             f"probe the same model")
+        k = min(self.n, other.n)
+        a, b = self.counts[:k], other.counts[:k]
+        total = a + b
+        means = (self.means[:, :k] * a[None, :, None] + other.means[:, :k] * b[None, :, None]) / total[None, :, None]
+        params = dict(self.params, num_texts=self.params.get("num_texts", 0) + other.params.get("num_texts", 0))
+        return LayerMeans(means=means, counts=total, centre="none", params=params)
+
+    def centred(self) -> "LayerMeans":
+        """A copy with each layer's count-weighted mean over positions subtracted (``centre="global"``)."""
+        if self.centre == "global":
+            return self
+        weights = self.counts / self.counts.sum()
+        means = self.means - np.einsum("i,lid->ld", weights, self.means)[:, None, :]
+        return LayerMeans(means=means, counts=self.counts.copy(), centre="global", params=dict(self.params, centre="global"))
+
 
 def _max_positions(model: Any) -> int | None:
     config = getattr(model, "config", None)

@@ -488,3 +488,27 @@ def test_stress_rejects_all_zero_distances():
     for scale in ("raw", "fitted"):
         with pytest.raises(ValueError, match="D is all zeros"):
             stress(P, np.zeros((4, 4)), scale)
+
+
+def test_linear_cka_invariances_and_range():
+    """Linear CKA is 1 under orthogonal maps, translation and scaling, symmetric, in [0, 1], and low for
+    independent random representations."""
+    from posgeom_utils.geometry import linear_cka
+
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        X = rng.normal(size=(30, 12))
+        Q = np.linalg.qr(rng.normal(size=(12, 12)))[0]
+        assert linear_cka(X, 3.0 * X @ Q + rng.normal(size=12)) == pytest.approx(1.0)
+        Y = rng.normal(size=(30, 20))
+        value = linear_cka(X, Y)
+        assert value == pytest.approx(linear_cka(Y, X))
+        assert 0.0 <= value <= 1.0 and value < 0.6
+        Xc = X - X.mean(0)  # the definition, written in feature space
+        Yc = Y - Y.mean(0)
+        expected = np.linalg.norm(Yc.T @ Xc) ** 2 / (np.linalg.norm(Xc.T @ Xc) * np.linalg.norm(Yc.T @ Yc))
+        assert value == pytest.approx(expected)
+    with pytest.raises(ValueError, match="same n"):
+        linear_cka(np.ones((3, 2)), np.ones((4, 2)))
+    with pytest.raises(ValueError, match="zero variance"):
+        linear_cka(np.ones((3, 2)), np.random.default_rng(0).normal(size=(3, 2)))

@@ -107,3 +107,18 @@ class _NoHidden(torch.nn.Module):
 def test_model_without_hidden_states(tiny_bert, tokenizer, texts):
     with pytest.raises(ValueError, match="hidden_states"):
         positional_hidden_means(_NoHidden(tiny_bert), tokenizer, texts, N, device="cpu")
+
+
+def test_merging_halves_equals_one_run(tiny_bert, tokenizer, texts):
+    """LayerMeans.merge of two disjoint halves equals one run over all texts; centred() equals centre='global'."""
+    whole = positional_hidden_means(tiny_bert, tokenizer, texts, n=12, batch_size=4)
+    a = positional_hidden_means(tiny_bert, tokenizer, texts[:9], n=12, batch_size=4)
+    b = positional_hidden_means(tiny_bert, tokenizer, texts[9:], n=12, batch_size=4)
+    merged = a.merge(b)
+    k = merged.n
+    assert np.allclose(merged.means, whole.means[:, :k], atol=1e-5)
+    assert np.array_equal(merged.counts, whole.counts[:k])
+    glob = positional_hidden_means(tiny_bert, tokenizer, texts, n=12, batch_size=4, centre="global")
+    assert np.allclose(whole.centred().means, glob.means, atol=1e-5)
+    with pytest.raises(ValueError, match="uncentred"):
+        glob.merge(a)
