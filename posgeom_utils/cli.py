@@ -60,7 +60,8 @@ examples:
   posgeom run --profile smoke
   posgeom run --profile default --chapters necessity low_rank --out runs/mine
   posgeom run --profile paper --device cuda
-  posgeom run --profile paper --cap 2000      # a capped paper run on a CPU
+  posgeom run --profile paper --cap 2000 --model sentence-transformers/all-MiniLM-L6-v2
+                                              # a capped paper run on a CPU, offline
   posgeom run --profile smoke --force --source-dir notebooks
 
 Size parameters bounded by --cap:
@@ -148,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None,
                    help="where models train, injected into the chapters that have a device parameter "
                         "(default: each chapter's own, normally auto: CUDA when available)")
+    r.add_argument("--model", default=None, metavar="ID_OR_PATH",
+                   help="pre-trained model injected as model_name into the chapters that have one (default: the "
+                        "profile's; the paper profile asks for bert-base-uncased, which needs the hub: offline, "
+                        "pass --model sentence-transformers/all-MiniLM-L6-v2 for the packaged model)")
     r.add_argument("--out", default=None, metavar="DIR",
                    help="output folder (default: runs/<profile>-<YYYY-MM-DD> under the current folder)")
     r.add_argument("--cap", type=int, default=None, metavar="N",
@@ -388,7 +393,7 @@ def _run_run(args: argparse.Namespace) -> int:
             args.profile, chapters=args.chapters, device=args.device,
             out=Path(args.out).expanduser() if args.out else None, cap=args.cap, force=args.force,
             source_dir=Path(args.source_dir).expanduser() if args.source_dir else None,
-            log=lambda line: print(line, flush=True),
+            log=lambda line: print(line, flush=True), model=args.model,
         )
     except RunError as exc:
         raise UsageError(f"{exc.argument}: {exc}") from exc

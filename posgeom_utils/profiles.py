@@ -1,5 +1,8 @@
 """Named parameter sets for the chapters: ``smoke`` (tests), ``default`` (the book build), ``paper``.
 
+The ``paper`` profile uses the paper's model, ``bert-base-uncased`` (it needs the Hugging Face hub or a
+local copy); ``posgeom run --model ...`` replaces it, e.g. by the packaged MiniLM for a capped CPU run.
+
 Chapter: *How this book is built* (README). The ``default`` profile is each notebook's own
 ``parameters`` cell; the other profiles override some of its values through papermill.
 """
@@ -33,14 +36,14 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "layerwise": {},
     },
     "paper": {
-        "positions_in_real_text": {"sample_size": None, "n": 512, "min_count": 100},
-        "mds_optimality": {"sample_size": None, "n": 512, "min_count": 100, "synthetic_sequences": 20000},
-        "low_rank": {"sample_size": None, "n": 512, "min_count": 100, "task_size": 60000, "train_steps": 3000,
+        "positions_in_real_text": {"model_name": "bert-base-uncased", "sample_size": None, "n": 512, "min_count": 100},
+        "mds_optimality": {"model_name": "bert-base-uncased", "sample_size": None, "n": 512, "min_count": 100, "synthetic_sequences": 20000},
+        "low_rank": {"model_name": "bert-base-uncased", "sample_size": None, "n": 512, "min_count": 100, "task_size": 60000, "train_steps": 3000,
                      "n_seeds": 5},
-        "necessity": {"n": 64, "sample_size": None, "d": 128, "n_seeds": 10, "train_steps": 3000},
-        "separation": {"n": 64, "d": 128, "train_steps": 3000, "sample_size": 8000, "finetune_len": 64,
+        "necessity": {"model_name": "bert-base-uncased", "n": 64, "sample_size": None, "d": 128, "n_seeds": 10, "train_steps": 3000},
+        "separation": {"model_name": "bert-base-uncased", "n": 64, "d": 128, "train_steps": 3000, "sample_size": 8000, "finetune_len": 64,
                        "finetune_steps": 1000},
-        "monotonicity": {"sample_size": None, "random_tables": 100, "task_size": 60000, "train_steps": 3000,
+        "monotonicity": {"model_name": "bert-base-uncased", "sample_size": None, "random_tables": 100, "task_size": 60000, "train_steps": 3000,
                          "synthetic_sequences": 20000, "widths": [64, 256, 1024], "width_steps": 3000},
         "layerwise": {"model_name": "bert-base-uncased", "n": 54, "other_n": 512, "probe_texts": None,
                       "other_probe_texts": 25000, "probe_min_count": 100, "batch_size": 128},

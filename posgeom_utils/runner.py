@@ -137,8 +137,9 @@ def declared_parameters(nb: Any) -> dict[str, Any]:
 
 
 def requested_parameters(chapter: str, profile: str, declared: dict[str, Any], device: str | None = None,
-                         cap: int | None = None) -> dict[str, Any]:
-    """The parameters injected into ``chapter``: the profile's, ``device`` when the chapter declares it, and
+                         cap: int | None = None, model: str | None = None) -> dict[str, Any]:
+    """The parameters injected into ``chapter``: the profile's, ``device`` and ``model`` (as ``model_name``)
+    when the chapter declares them, and
     every size parameter (:data:`SIZE_PARAMETERS`) bounded by ``cap`` (a ``None`` or unknown size becomes
     ``cap``). A chapter absent from the profile gets ``{"profile": profile}`` only.
     """
@@ -148,6 +149,8 @@ def requested_parameters(chapter: str, profile: str, declared: dict[str, Any], d
         params = {"profile": profile}
     if device is not None and "device" in declared:
         params["device"] = device
+    if model is not None and "model_name" in declared:
+        params["model_name"] = model
     if cap is not None:
         for name in SIZE_PARAMETERS:
             if name in params or name in declared:
@@ -264,11 +267,13 @@ class _Plan:
 
 def run_chapters(profile: str, chapters: list[str] | None = None, device: str | None = None,
                  out: Path | None = None, cap: int | None = None, force: bool = False,
-                 source_dir: Path | None = None, log: Callable[[str], Any] = print) -> RunSummary:
+                 source_dir: Path | None = None, log: Callable[[str], Any] = print,
+                 model: str | None = None) -> RunSummary:
     """Execute ``chapters`` (default: every chapter in ``source_dir``) under ``profile`` into ``out``
     (default ``runs/<profile>-<YYYY-MM-DD>/``) and write each one's ``results.json`` with provenance.
 
-    ``device`` is injected into chapters that declare a ``device`` parameter; ``cap`` bounds every size
+    ``device`` is injected into chapters that declare a ``device`` parameter, ``model`` into those that
+    declare ``model_name`` (e.g. the packaged MiniLM for a capped paper run offline); ``cap`` bounds every size
     parameter (:data:`SIZE_PARAMETERS`). Chapters whose results are current are skipped unless ``force``;
     a failing chapter is recorded in its ``failed.json`` and the others still run. Bad requests raise
     :class:`RunError` before anything runs. Chapter: *How this book is built* (README), *Reproduction ledger*.
@@ -312,7 +317,7 @@ def run_chapters(profile: str, chapters: list[str] | None = None, device: str | 
         except SyntaxError as exc:
             raise RunError("--chapters", f"{chapter}: its parameters cell is not valid Python ({exc}); fix "
                                          f"{source} or leave the chapter out") from exc
-        params = _jsonable(requested_parameters(chapter, profile, declared, device, cap))
+        params = _jsonable(requested_parameters(chapter, profile, declared, device, cap, model))
         identity = {"profile": profile, "requested_parameters": params, "package_version": __version__,
                     "commit": commit, "source_hash": source_hash(source)}
         plans.append(_Plan(chapter, source, out / chapter, params, declared, identity))

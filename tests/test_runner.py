@@ -265,6 +265,15 @@ def test_cap_bounds_every_size_parameter():
     assert set(runner.SIZE_PARAMETERS) >= {"sample_size", "train_steps", "finetune_steps", "width_steps"}
 
 
+def test_model_override_reaches_only_chapters_with_a_model():
+    """--model replaces the profile's model_name (the paper's bert-base-uncased) where a chapter has one."""
+    declared = {"profile": "default", "model_name": None, "n": 64}
+    assert requested_parameters("low_rank", "paper", declared)["model_name"] == "bert-base-uncased"
+    params = requested_parameters("low_rank", "paper", declared, model="sentence-transformers/all-MiniLM-L6-v2")
+    assert params["model_name"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert "model_name" not in requested_parameters("fake", "paper", {"n": 3}, model="x")
+
+
 def test_cap_is_injected_and_recorded(two_chapters, tmp_path):
     source, _, _ = two_chapters
     out = tmp_path / "out"
@@ -334,7 +343,8 @@ def test_run_help_mentions_every_option(capsys):
     assert code == 0
     sub = next(a for a in build_parser()._subparsers._group_actions if a.dest == "command").choices["run"]
     options = [s for action in sub._actions for s in action.option_strings]
-    assert {"--profile", "--chapters", "--device", "--out", "--cap", "--force", "--source-dir"} <= set(options)
+    assert {"--profile", "--chapters", "--device", "--model", "--out", "--cap", "--force",
+            "--source-dir"} <= set(options)
     for option in options:
         assert option in stdout
     assert "posgeom run --profile paper --device cuda" in stdout and "posgeom run --profile paper --cap 2000" in stdout
