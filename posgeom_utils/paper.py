@@ -20,6 +20,7 @@ REPORTED: dict[str, tuple[float, str]] = {
     "mds_violation_rate": (0.22, "monotonicity violation rate of the MDS encoding"),
     "pretrained_violation_rate": (0.254, "monotonicity violation rate of the pre-trained model"),
     "chance_violation_rate": (0.5, "monotonicity violation rate by chance"),
+    "bert_stress_peak_layer": (3, "layer of the sharp stress peak in pre-trained BERT-base (of 12)"),
 }
 
 
