@@ -364,3 +364,5 @@ def test_smoke_run_of_every_real_chapter(smoke_run: RunSummary):
         data = results(smoke_run.out, name)
         assert data["results"], f"{name}: no glued results"
         assert data["provenance"]["profile"] == "smoke" and data["parameters"]["profile"] == "smoke"
+    again = run_chapters("smoke", out=smoke_run.out, log=lambda line: None)  # a rerun skips what is current
+    assert sorted(again.skipped) == chapters and not again.ran and not again.failed
