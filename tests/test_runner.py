@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from posgeom_utils import runner
-from posgeom_utils.cli import build_parser, main
+from posgeom_utils.cli import build_parser
 from posgeom_utils.runner import RunError, RunSummary, requested_parameters, run_chapters
+from test_cli import run_cli  # tests/ is on sys.path under pytest (no __init__.py)
 
 HEADER = """\
 ---
@@ -128,15 +129,6 @@ def results(out: Path, name: str) -> dict:
 
 def quiet(_line: str) -> None:
     pass
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's own usage errors and --help
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --------------------------------------------------------------------------- results, provenance, skipping
