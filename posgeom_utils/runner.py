@@ -44,7 +44,7 @@ from .report import CHECKPOINT_ENV, RESULTS_ENV, device_name
 #: parameters that size a run (texts, examples, steps); ``cap`` bounds each of them (``None``, meaning
 #: "the whole corpus", becomes ``cap`` too)
 SIZE_PARAMETERS = ("sample_size", "task_size", "train_steps", "finetune_steps", "synthetic_sequences",
-                   "planted_sequences", "num_sequences", "probe_texts", "mono_texts", "width_steps")
+                   "planted_sequences", "num_sequences", "other_sample_size", "width_steps")
 #: library versions recorded in the provenance (distribution names; a missing one is recorded as null)
 LIBRARIES = ("numpy", "scipy", "torch", "transformers", "tokenizers", "datasets", "scikit-learn", "papermill",
              "myst-nb")
