@@ -115,33 +115,37 @@ _RESUME_KEYS = ("batch_size", "lr", "weight_decay", "seed", "optimizer")
 
 
 def _save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, generator: torch.Generator,
-          history: History, config: TrainConfig, running: list[float]) -> None:
+          history: History, config: TrainConfig, running: list[float], track: list | None = None) -> None:
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
              "generator": generator.get_state(), "history": asdict(history), "config": asdict(config),
-             "running": list(running)}
+             "running": list(running), "track": None if track is None else list(track)}
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
 def train_classifier(model: nn.Module, X_train: torch.Tensor, y_train: torch.Tensor, X_eval: torch.Tensor,
                      y_eval: torch.Tensor, config: TrainConfig,
-                     callback: Callable[[int, nn.Module], None] | None = None) -> History:
-    """Train ``model`` with AdamW on seeded random batches; evaluate every ``eval_every`` steps.
+                     callback: Callable[[int, nn.Module], None] | None = None,
+                     track: list | None = None) -> History:
+    """Train ``model`` with AdamW (or SGD) on seeded random batches; evaluate every ``eval_every`` steps.
 
     ``callback(step, model)`` runs at step 0 and after every evaluation (e.g. to record position vectors).
     With ``checkpoint_dir`` set, a checkpoint is written atomically every ``checkpoint_every`` steps and at
-    the end, and a later call with the same directory resumes from it. Chapter: *Low rank*.
+    the end, and a later call with the same directory resumes from it. ``track`` is the list a callback
+    appends its records to: it is saved with every checkpoint and restored in place on resume, so a resumed
+    run ends with the same records as an uninterrupted one. Chapter: *Low rank*.
     """
     previous = torch.get_num_threads()
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     try:
-        return _train(model, X_train, y_train, X_eval, y_eval, config, callback)
+        return _train(model, X_train, y_train, X_eval, y_eval, config, callback, track)
     finally:
         torch.set_num_threads(previous)
 
 
 def _train(model: nn.Module, X_train: torch.Tensor, y_train: torch.Tensor, X_eval: torch.Tensor,
-           y_eval: torch.Tensor, config: TrainConfig, callback: Callable[[int, nn.Module], None] | None) -> History:
+           y_eval: torch.Tensor, config: TrainConfig, callback: Callable[[int, nn.Module], None] | None,
+           track: list | None = None) -> History:
     if len(X_train) == 0 or len(X_train) != len(y_train):
         raise ValueError(f"X_train and y_train must be non-empty and of equal length, got {len(X_train)}, {len(y_train)}")
     if len(X_eval) == 0 or len(X_eval) != len(y_eval):
@@ -167,6 +171,8 @@ def _train(model: nn.Module, X_train: torch.Tensor, y_train: torch.Tensor, X_eva
         optimizer.load_state_dict(state["optimizer"])
         generator.set_state(state["generator"])
         history, start, running = History(**state["history"]), int(state["step"]), list(state.get("running", []))
+        if track is not None:
+            track[:] = list(state.get("track") or [])
     use_amp = config.amp and device.type == "cuda"
     if start == 0 and callback is not None:
         callback(0, model)
@@ -189,5 +195,5 @@ def _train(model: nn.Module, X_train: torch.Tensor, y_train: torch.Tensor, X_eva
             if callback is not None:
                 callback(step, model)
         if path is not None and (step % config.checkpoint_every == 0 or step == config.steps):
-            _save(path, model, optimizer, step, generator, history, config, running)
+            _save(path, model, optimizer, step, generator, history, config, running, track)
     return history

@@ -205,7 +205,7 @@ def test_checkpoint_is_written_atomically(data, tmp_path, monkeypatch):
     train_classifier(net, X_train, y_train, X_eval, y_eval, config(steps=20, checkpoint_dir=str(tmp_path)))
     assert sorted(os.listdir(tmp_path)) == ["checkpoint.pt"]
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
-    assert set(saved) == {"model", "optimizer", "step", "generator", "history", "config", "running"}
+    assert set(saved) == {"model", "optimizer", "step", "generator", "history", "config", "running", "track"}
     assert saved["step"] == 20
     assert all(torch.equal(saved["model"][k], v) for k, v in net.state_dict().items())
     before = (tmp_path / "checkpoint.pt").read_bytes()
@@ -335,3 +335,34 @@ def test_masked_lm_training_with_sgd_lowers_token_loss():
     assert history.eval_loss[-1] < before - 0.1
     with pytest.raises(ValueError, match="optimizer"):
         TrainConfig(optimizer="lion")
+
+
+def test_callback_records_survive_a_kill(data, tmp_path, monkeypatch):
+    """With track=, what the callback recorded before the last checkpoint is restored on resume, so the
+    resumed run ends with the records of an uninterrupted one (the separation chapter relies on it)."""
+    X_train, y_train, X_eval, y_eval = data
+
+    def recorder(track):
+        return lambda step, m: track.append((step, float(sum(p.detach().norm() for p in m.parameters()))))
+
+    full: list = []
+    train_classifier(model(seed=0), X_train, y_train, X_eval, y_eval, config(steps=40, eval_every=10),
+                     callback=recorder(full), track=full)
+    resumed: list = []
+    folder = str(tmp_path / "run")
+    patch = pytest.MonkeyPatch()
+    try:
+        interrupt_after(patch, 36)
+        with pytest.raises(Interrupted):
+            train_classifier(model(seed=0), X_train, y_train, X_eval, y_eval,
+                             config(steps=40, eval_every=10, checkpoint_dir=folder),
+                             callback=recorder(resumed), track=resumed)
+    finally:
+        patch.undo()
+    resumed_again: list = ["stale"]  # a new process: a fresh list, refilled from the checkpoint
+    train_classifier(model(seed=0), X_train, y_train, X_eval, y_eval,
+                     config(steps=40, eval_every=10, checkpoint_dir=folder),
+                     callback=recorder(resumed_again), track=resumed_again)
+    assert [s for s, _ in full] == [0, 10, 20, 30, 40]
+    assert [s for s, _ in resumed_again] == [s for s, _ in full]
+    assert np.allclose([v for _, v in resumed_again], [v for _, v in full])
