@@ -137,10 +137,7 @@ def positional_hidden_means(model: Any, tokenizer: Any, texts: Corpus | Sequence
     counts_np = counts.cpu().numpy().round().astype(np.int64)
     keep = np.flatnonzero(counts_np > 0)
     means = sums.cpu().numpy()[:, keep] / counts_np[keep][None, :, None]
-    counts_np = counts_np[keep]
-    if centre == "global":
-        weights = counts_np / counts_np.sum()
-        means = means - np.einsum("i,lid->ld", weights, means)[:, None, :]
-    params = dict(n=n, batch_size=int(batch_size), special_tokens=bool(special_tokens), centre=centre,
+    params = dict(n=n, batch_size=int(batch_size), special_tokens=bool(special_tokens), centre="none",
                   num_texts=len(texts), model=getattr(getattr(model, "config", None), "_name_or_path", None))
-    return LayerMeans(means=means, counts=counts_np, centre=centre, params=params)
+    result = LayerMeans(means=means, counts=counts_np[keep], centre="none", params=params)
+    return result.centred() if centre == "global" else result
