@@ -1,4 +1,4 @@
-"""Content-addressed, atomically written cache entries (used by ``marginals`` and later chapters)."""
+"""Content-addressed, atomically written cache entries and JSON files (``marginals``, ``posgeom run``, results)."""
 
 from __future__ import annotations
 
@@ -41,3 +41,18 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def write_json(path: Path, data: Any) -> Path:
+    """Write ``data`` as indented, key-sorted JSON, atomically (:func:`atomic_write`)."""
+    text = json.dumps(data, indent=1, sort_keys=True, allow_nan=True)
+    return atomic_write(Path(path), lambda tmp: tmp.write_text(text))
+
+
+def read_json(path: Path) -> dict | None:
+    """The JSON object in ``path``; ``None`` when the file is missing, unreadable or not an object."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

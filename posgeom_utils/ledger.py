@@ -17,13 +17,13 @@ and are labelled so, never as paper scale.
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .cache import read_json
 from .claims import ClaimError, as_number, check_keys, evaluate_check, validate_check
 from .paper import REPORTED
 
@@ -208,12 +208,8 @@ def read_run(folder: str | Path | None, chapter: str) -> dict[str, Any] | None:
     """The ``results.json`` payload of ``chapter`` under ``folder`` (``None`` when absent or unreadable)."""
     if folder is None:
         return None
-    path = Path(folder) / chapter / "results.json"
-    try:
-        payload = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return payload if isinstance(payload, dict) and isinstance(payload.get("results"), dict) else None
+    payload = read_json(Path(folder) / chapter / "results.json")
+    return payload if payload is not None and isinstance(payload.get("results"), dict) else None
 
 
 def scale_label(payload: Mapping[str, Any] | None, profile: str) -> str:

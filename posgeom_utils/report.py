@@ -5,7 +5,6 @@ Chapter: every chapter (the prose quotes values through ``{glue:text}`` roles, n
 
 from __future__ import annotations
 
-import json
 import os
 import types
 from pathlib import Path
@@ -115,15 +114,14 @@ def save_results(path: str | os.PathLike | None = None) -> Path | None:
     by ``$POSGEOM_RESULTS_FILE``; nothing is written when neither is set). ``posgeom run`` adds the
     provenance. Chapter: *Reproduction ledger*.
     """
-    from .cache import atomic_write
+    from .cache import write_json
 
     target = path or os.environ.get(RESULTS_ENV)
     if not target:
         return None
     payload = {"chapter": _RUN["chapter"], "parameters": _RUN["parameters"],
                "results": {k: _parameter_value(v) for k, v in _RESULTS.items()}}
-    text = json.dumps(payload, indent=1, sort_keys=True, allow_nan=True)
-    return atomic_write(Path(target), lambda tmp: tmp.write_text(text))
+    return write_json(Path(target), payload)
 
 
 def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> "pd.DataFrame":

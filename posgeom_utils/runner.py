@@ -37,7 +37,7 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from .cache import atomic_write
+from .cache import read_json, write_json
 from .profiles import PROFILES, chapter_parameters
 from .report import CHECKPOINT_ENV, RESULTS_ENV, device_name
 
@@ -204,19 +204,6 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_json(path: Path, data: dict) -> None:
-    text = json.dumps(data, indent=1, sort_keys=True, allow_nan=True)
-    atomic_write(path, lambda tmp: tmp.write_text(text))
-
-
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -329,7 +316,7 @@ def run_chapters(profile: str, chapters: list[str] | None = None, device: str | 
         + (f", cap {cap}" if cap is not None else "") + f" -> {out}")
     for k, plan in enumerate(plans, 1):
         prefix = f"[{k}/{len(plans)}] {plan.chapter}:"
-        previous = _read_json(plan.folder / "results.json")
+        previous = read_json(plan.folder / "results.json")
         if not force and previous is not None and all(
                 previous.get("provenance", {}).get(key) == plan.identity[key] for key in SKIP_KEYS):
             summary.skipped.append(plan.chapter)
@@ -352,13 +339,13 @@ def _prepare_checkpoints(plan: _Plan, force: bool) -> Path:
     """The chapter's checkpoint folder: kept when it belongs to an earlier attempt of this very run, else emptied."""
     folder = plan.folder / "checkpoints"
     marker = folder / "run.json"
-    owner = _read_json(marker)
+    owner = read_json(marker)
     current = {key: plan.identity[key] for key in RESUME_KEYS}
     if folder.exists() and (force or owner is None or {k: owner.get(k) for k in RESUME_KEYS} != current):
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if not marker.exists():
-        _write_json(marker, current)
+        write_json(marker, current)
     return folder
 
 
@@ -390,7 +377,7 @@ def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, fl
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
-        payload = _read_json(partial)
+        payload = read_json(partial)
         if payload is None:
             values = glued_values(nbformat.read(notebook, as_version=4))
             if not values:
@@ -404,7 +391,7 @@ def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, fl
         provenance = {**plan.identity, **common, "requested_parameters": plan.parameters,
                       "results_source": "glue outputs" if note else "save_results",
                       "started": started, "finished": finished, "wall_seconds": round(seconds, 3)}
-        _write_json(plan.folder / "results.json",
+        write_json(plan.folder / "results.json",
                     {"chapter": plan.chapter, "parameters": payload.get("parameters", {}),
                      "results": payload.get("results", {}), "provenance": provenance})
         partial.unlink(missing_ok=True)
@@ -416,7 +403,7 @@ def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, fl
                   "wall_seconds": round(seconds, 3), "requested_parameters": plan.parameters,
                   "notebook": str(notebook)}
         try:
-            _write_json(failed, record)
+            write_json(failed, record)
         except OSError as write_error:  # pragma: no cover - the out folder itself is unwritable
             print(f"posgeom run: cannot write {failed}: {write_error}", file=sys.stderr)
         partial.unlink(missing_ok=True)
