@@ -139,9 +139,9 @@ def declared_parameters(nb: Any) -> dict[str, Any]:
 def requested_parameters(chapter: str, profile: str, declared: dict[str, Any], device: str | None = None,
                          cap: int | None = None, model: str | None = None) -> dict[str, Any]:
     """The parameters injected into ``chapter``: the profile's, ``device`` and ``model`` (as ``model_name``)
-    when the chapter declares them, and
-    every size parameter (:data:`SIZE_PARAMETERS`) bounded by ``cap`` (a ``None`` or unknown size becomes
-    ``cap``). A chapter absent from the profile gets ``{"profile": profile}`` only.
+    when the chapter declares them, and every size parameter (:data:`SIZE_PARAMETERS`) bounded by ``cap``
+    (a ``None`` or unknown size becomes ``cap``). A chapter absent from the profile gets
+    ``{"profile": profile}`` only.
     """
     if chapter in PROFILES[profile]:
         params = chapter_parameters(chapter, profile)
@@ -246,6 +246,7 @@ def _error_record(exc: BaseException) -> dict[str, Any]:
 class _Plan:
     chapter: str
     source: Path
+    notebook: Any  # the chapter as jupytext read it (read once: parameters, then execution)
     folder: Path
     parameters: dict[str, Any]
     declared: dict[str, Any]
@@ -299,15 +300,16 @@ def run_chapters(profile: str, chapters: list[str] | None = None, device: str | 
     plans = []
     for chapter in chapters:
         source = source_dir / f"{chapter}.md"
+        nb = _read_notebook(source)
         try:
-            declared = declared_parameters(_read_notebook(source))
+            declared = declared_parameters(nb)
         except SyntaxError as exc:
             raise RunError("--chapters", f"{chapter}: its parameters cell is not valid Python ({exc}); fix "
                                          f"{source} or leave the chapter out") from exc
         params = _jsonable(requested_parameters(chapter, profile, declared, device, cap, model))
         identity = {"profile": profile, "requested_parameters": params, "package_version": __version__,
                     "commit": commit, "source_hash": source_hash(source)}
-        plans.append(_Plan(chapter, source, out / chapter, params, declared, identity))
+        plans.append(_Plan(chapter, source, nb, out / chapter, params, declared, identity))
 
     summary = RunSummary(out=out, profile=profile)
     common = {"package_version": __version__, "commit": commit, "dirty": dirty, "device_name": where, "cap": cap,
@@ -368,7 +370,7 @@ def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, fl
         os.environ[CHECKPOINT_ENV] = str(checkpoints.resolve())
         try:
             papermill.execute_notebook(
-                _read_notebook(plan.source), str(notebook), parameters=plan.parameters, kernel_name="python3",
+                plan.notebook, str(notebook), parameters=plan.parameters, kernel_name="python3",
                 cwd=str(plan.source.parent), progress_bar=False,
             )
         finally:
