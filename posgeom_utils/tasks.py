@@ -116,6 +116,9 @@ def planted_task(task: str = "precedes", L: int = 16, V: int = 32, num_sequences
                      f"planted '{task}' task on a {background} background (L={L}, V={V})")
 
 
+_MASK_STREAM = 0x6D61736B  # 'mask': keeps masked_task's random stream apart from the corpus generators
+
+
 def masked_task(ids: np.ndarray, V: int, mask_rate: float = 0.15, eval_fraction: float = 0.25,
                 seed: int = 0) -> TokenTask:
     """Masked-language modelling on complete sequences of token ids in ``[0, V)`` (no padding).
@@ -133,7 +136,9 @@ def masked_task(ids: np.ndarray, V: int, mask_rate: float = 0.15, eval_fraction:
         raise ValueError(f"ids must lie in [0, V={V}), got range [{ids.min()}, {ids.max()}]")
     if not 0.0 < mask_rate <= 1.0:
         raise ValueError(f"mask_rate must be in (0, 1], got {mask_rate}")
-    rng = np.random.default_rng(seed)
+    # a stream of its own: synthetic_corpus(seed=s) draws its tokens from default_rng(s + 1), and a mask drawn
+    # from the same stream would pick tokens by their value (mask rate p: the p-quantile of every position)
+    rng = np.random.default_rng([seed, _MASK_STREAM])
     shifted = ids.astype(np.int64) + 2
     masked = rng.random(ids.shape) < mask_rate
     masked[np.arange(len(ids)), rng.integers(0, ids.shape[1], len(ids))] = True

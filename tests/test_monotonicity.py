@@ -119,3 +119,16 @@ def test_float_noise_is_a_tie() -> None:
     assert monotonicity_violation_rate(noisy, input_kind="distances", tie_tol=0.0).rate != 0.5
     with pytest.raises(ValueError, match="tie_tol"):
         monotonicity_violation_rate(D, tie_tol=-1.0)
+
+
+def test_sqrt_features_carry_the_hellinger_order() -> None:
+    """Lemma 'feature geometry': with phi(mu) = sqrt(mu) the feature distances are sqrt(2) d_H, so the
+    premise's order (and violation rate) transfers to the features exactly."""
+    from posgeom_utils.geometry import hellinger_distances
+
+    for seed in range(5):
+        mu = np.random.default_rng(seed).dirichlet(np.full(50, 0.4), size=20)
+        D = hellinger_distances(mu)
+        features = np.sqrt(mu)
+        assert np.allclose(pairwise_distances(features), np.sqrt(2) * D, atol=1e-12)
+        assert monotonicity_violation_rate(features).rate == pytest.approx(monotonicity_violation_rate(D).rate)

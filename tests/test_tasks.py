@@ -236,3 +236,24 @@ def test_masked_task_targets_only_masked_tokens():
         masked_task(ids, 5)
     with pytest.raises(ValueError, match="mask_rate"):
         masked_task(ids, 10, mask_rate=0.0)
+
+
+def test_masked_task_is_positionally_sufficient():
+    """Lemma 'positional sufficiency': on a corpus whose positions are drawn independently, the target at a
+    masked position i is distributed as mu_i whatever the visible context (seeded, statistical)."""
+    from posgeom_utils.corpus import synthetic_corpus
+    from posgeom_utils.tasks import masked_task
+
+    corpus = synthetic_corpus("drift", n=6, V=8, num_sequences=40000, seed=0)
+    task = masked_task(corpus.ids, 8, mask_rate=0.3, eval_fraction=0.5, seed=1)
+    X, y = task.X_train.numpy(), task.y_train.numpy()
+    for i in range(6):
+        masked = X[:, i] == 1
+        freq = np.bincount(y[masked, i] - 2, minlength=8) / masked.sum()
+        assert 0.5 * np.abs(freq - corpus.mu[i]).sum() < 0.03  # total variation to mu_i
+        j = (i + 1) % 6
+        values, counts = np.unique(X[masked, j][X[masked, j] > 1], return_counts=True)
+        for visible in values[counts >= 500]:  # condition on a visible neighbour (frequent values only)
+            rows = masked & (X[:, j] == visible)
+            cond = np.bincount(y[rows, i] - 2, minlength=8) / rows.sum()
+            assert 0.5 * np.abs(cond - corpus.mu[i]).sum() < 0.08
