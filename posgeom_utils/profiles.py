@@ -23,7 +23,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
                        "finetune_steps": 4},
         "monotonicity": {"sample_size": 3000, "n": 24, "n_max": 64, "min_count": 20, "random_tables": 5,
                          "task_size": 1000, "train_steps": 20, "synthetic_sequences": 600, "widths": [8, 32],
-                         "width_steps": 30},
+                         "width_steps": 30, "width_seeds": 1},
         "layerwise": {"n": 16, "other_n": 24, "sample_size": 300, "other_sample_size": 30, "probe_min_count": 5},
     },
     "default": {
@@ -44,7 +44,8 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "separation": {"model_name": "bert-base-uncased", "n": 64, "d": 128, "train_steps": 3000, "sample_size": 8000, "finetune_len": 64,
                        "finetune_steps": 1000},
         "monotonicity": {"model_name": "bert-base-uncased", "sample_size": None, "random_tables": 100, "task_size": 60000, "train_steps": 3000,
-                         "synthetic_sequences": 20000, "widths": [64, 256, 1024], "width_steps": 3000},
+                         "synthetic_sequences": 20000, "widths": [64, 256, 1024], "width_steps": 3000,
+                         "width_seeds": 5},
         "layerwise": {"model_name": "bert-base-uncased", "n": 54, "other_n": 512, "sample_size": None,
                       "other_sample_size": 25000, "probe_min_count": 100, "batch_size": 128},
     },

@@ -73,12 +73,12 @@ def test_real_rows_judge_fake_results(tmp_path: Path, rows) -> None:
     """The book's own rows: the chance row and a qualitative row flip with the values."""
     default = tmp_path / "default"
     write_run(default, "monotonicity", {"random_mean": 0.51, "random_tables": 20, "lazy_delta_lo": 0.2,
-                                        "lazy_delta_hi": 0.1})
+                                        "lazy_delta_hi": 0.1, "lazy_delta_drop": 0.1, "lazy_delta_seed_range": 0.02})
     ledger = build_ledger({"default": default, "paper": tmp_path / "paper"}, rows=rows)
     assert ledger.loc["chance-violation-rate", "verdict (default)"] == REPRODUCED
     assert ledger.loc["conj5-monotonicity", "verdict (default)"] == DIFFERENT_DEFINITION
     write_run(default, "monotonicity", {"random_mean": 0.6, "random_tables": 20, "lazy_delta_lo": 0.1,
-                                        "lazy_delta_hi": 0.2})
+                                        "lazy_delta_hi": 0.2, "lazy_delta_drop": -0.1, "lazy_delta_seed_range": 0.02})
     ledger = build_ledger({"default": default, "paper": tmp_path / "paper"}, rows=rows)
     assert ledger.loc["chance-violation-rate", "verdict (default)"] == DIFFERS
     assert ledger.loc["conj5-monotonicity", "verdict (default)"] == DIFFERS
