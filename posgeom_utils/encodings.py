@@ -11,7 +11,7 @@ Chapter: *MDS optimality* (each construction is derived there) and *Low rank*.
   pooling heads multiplies distances by sqrt(n_heads).
 - ``alibi_slopes(n_heads)`` / ``alibi(n, slope)``: ALiBi adds -m_h |i - j| to the attention logits; as a
   geometry that is the distance m_h |i - j|, realised exactly by the rank-1 encoding p_i = m_h i.
-- ``learned_position_embeddings(model)``: the learned absolute table of a Hugging Face model.
+- learned absolute tables of pre-trained models are read by :func:`posgeom_utils.models.learned_position_embeddings`.
 - ``mds_encoding(D, d)`` and ``LowRankPositionalEncoding``: the paper's optimal encoding and its
   r(n + d)-parameter factorisation P = A B^T.
 """
@@ -86,47 +86,10 @@ def alibi(n: int, slope: float | np.ndarray = 1.0) -> np.ndarray:
 
 
 __all__ = [
-    "frequencies", "sinusoidal", "rope", "alibi_slopes", "alibi", "learned_position_embeddings",
+    "frequencies", "sinusoidal", "rope", "alibi_slopes", "alibi",
     "mds_encoding", "random_encoding", "lowrank_parameter_count", "LowRankPositionalEncoding",
 ]
 
-#: model types whose position ids start after the padding index (RoBERTa family: offset pad_token_id + 1)
-_OFFSET_MODELS = {"roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod", "roberta-prelayernorm"}
-
-
-def learned_position_embeddings(model: Any, n: int | None = None) -> np.ndarray:
-    """The learned absolute position table (n x d) of a Hugging Face model, as used for positions 0..n-1.
-
-    BERT-family models (``embeddings.position_embeddings``), GPT-2 (``wpe``) and RoBERTa, whose table is
-    offset by ``pad_token_id + 1`` (rows 0 and 1 are never used for real positions). A model without
-    such a table (RoPE, ALiBi, relative positions) raises ``ValueError``. Chapter: *MDS optimality*.
-    """
-    config = getattr(model, "config", None)
-    model_type = getattr(config, "model_type", type(model).__name__)
-    kind = getattr(config, "position_embedding_type", "absolute")
-    base = getattr(model, "base_model", model)
-    table = None
-    for path in ("embeddings.position_embeddings", "wpe", "transformer.wpe", "decoder.embed_positions"):
-        obj = base
-        for attr in path.split("."):
-            obj = getattr(obj, attr, None)
-            if obj is None:
-                break
-        if obj is not None and hasattr(obj, "weight"):
-            table = obj.weight
-            break
-    if table is None or kind not in (None, "absolute"):
-        raise ValueError(
-            f"model (model_type={model_type!r}, position_embedding_type={kind!r}) has no learned absolute "
-            f"position embeddings: use rope(...) or alibi(...) for models that encode positions in attention"
-        )
-    W = table.detach().float().cpu().numpy().astype(np.float64)
-    offset = (int(getattr(config, "pad_token_id", 1) or 0) + 1) if model_type in _OFFSET_MODELS else 0
-    usable = W.shape[0] - offset
-    n = usable if n is None else _positive_int(n, "n")
-    if n > usable:
-        raise ValueError(f"n={n} exceeds the model's {usable} learned positions")
-    return W[offset : offset + n]
 
 
 def mds_encoding(D: np.ndarray, d: int, r: int | None = None) -> np.ndarray:

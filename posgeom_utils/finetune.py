@@ -26,8 +26,7 @@ from torch import nn
 
 from .cache import atomic_write
 from .corpus import check_texts
-from .encodings import learned_position_embeddings
-from .models import load_model, load_tokenizer, select_device
+from .models import learned_position_embeddings, load_model, load_tokenizer, select_device
 from .seeding import seed_everything
 from .training import History, TrainConfig, train_classifier
 

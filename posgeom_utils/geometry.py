@@ -358,3 +358,44 @@ def linear_cka(X: np.ndarray, Y: np.ndarray) -> float:
     if denom == 0:
         raise ValueError("CKA is undefined for a representation with all rows equal (zero variance)")
     return float(np.sum(Kx * Ky) / denom)
+
+
+def tie_robust(x: np.ndarray, digits: int = 9) -> np.ndarray:
+    """``x`` rounded to ``digits`` significant digits relative to its largest magnitude, so that values equal
+    in exact arithmetic (e.g. sinusoidal distances at equal lags) stay tied whatever the BLAS rounding.
+
+    Rank statistics (Spearman's rho, violation rates) are computed on these values: rounding noise at the
+    1e-16 level would otherwise break exact ties differently on different CPUs. Chapter: *MDS optimality*.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if not np.all(np.isfinite(x)):
+        raise ValueError("x must be finite (found NaN or inf): check the distances it came from")
+    top = float(np.abs(x).max()) if x.size else 0.0
+    if top == 0.0:
+        return x.copy()
+    exponent = digits - int(np.floor(np.log10(top))) - 1
+    return np.round(x, exponent)
+
+
+def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> "pd.DataFrame":
+    """One row per encoding: rank, raw and scale-fitted stress against ``D``, the fitted scale, and the
+    Spearman correlation of its pairwise distances with D's. Chapter: *MDS optimality*.
+    """
+    import pandas as pd
+    from scipy.stats import spearmanr
+
+    D = check_distance_matrix(D)
+    iu = np.triu_indices(D.shape[0], 1)
+    rows = []
+    for name, P in encodings.items():
+        E = pairwise_distances(P, name=name)
+        rows.append({
+            "encoding": name,
+            "rank": int(np.linalg.matrix_rank(np.asarray(P) - np.mean(P, axis=0), tol=1e-9 * max(1.0, np.abs(P).max()))),
+            "raw stress": stress_of_distances(E, D, "raw"),
+            "fitted stress": stress_of_distances(E, D, "fitted"),
+            "best scale": best_scale(E, D),
+            "Spearman rho": (float(spearmanr(tie_robust(E[iu]), tie_robust(D[iu])).statistic)
+                             if np.ptp(E[iu]) > 0 else float("nan")),
+        })
+    return pd.DataFrame(rows).set_index("encoding")

@@ -11,8 +11,11 @@ is reachable; any local folder loads from disk.
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .settings import hub_offline
 
@@ -110,3 +113,133 @@ def select_device(device: str = "auto") -> Any:
     if str(device).startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("device='cuda' was requested but no CUDA GPU is visible: use device='auto' or 'cpu'")
     return torch.device(device)
+
+
+def device_name(device: str = "auto") -> str:
+    """What ``device`` resolves to, in words (``cpu`` or ``cuda: NVIDIA H200``); a device that cannot be used
+    is described, not raised. Chapter: every chapter's "Parameters used" table.
+    """
+    try:
+        import torch
+
+        dev = select_device(device)
+    except Exception as exc:  # noqa: BLE001 - a bad device is reported by the chapter itself
+        return f"unavailable ({exc})"
+    if dev.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(dev)}"
+    return "cpu"
+
+
+#: model types whose position ids start after the padding index (RoBERTa family: offset pad_token_id + 1)
+_OFFSET_MODELS = {"roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod", "roberta-prelayernorm"}
+
+
+def learned_position_embeddings(model: Any, n: int | None = None) -> np.ndarray:
+    """The learned absolute position table (n x d) of a Hugging Face model, as used for positions 0..n-1.
+
+    BERT-family models (``embeddings.position_embeddings``), GPT-2 (``wpe``) and RoBERTa, whose table is
+    offset by ``pad_token_id + 1`` (rows 0 and 1 are never used for real positions). A model without
+    such a table (RoPE, ALiBi, relative positions) raises ``ValueError``. Chapter: *MDS optimality*.
+    """
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", type(model).__name__)
+    kind = getattr(config, "position_embedding_type", "absolute")
+    base = getattr(model, "base_model", model)
+    table = None
+    for path in ("embeddings.position_embeddings", "wpe", "transformer.wpe", "decoder.embed_positions"):
+        obj = base
+        for attr in path.split("."):
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                break
+        if obj is not None and hasattr(obj, "weight"):
+            table = obj.weight
+            break
+    if table is None or kind not in (None, "absolute"):
+        raise ValueError(
+            f"model (model_type={model_type!r}, position_embedding_type={kind!r}) has no learned absolute "
+            f"position embeddings: use rope(...) or alibi(...) for models that encode positions in attention"
+        )
+    W = table.detach().float().cpu().numpy().astype(np.float64)
+    offset = (int(getattr(config, "pad_token_id", 1) or 0) + 1) if model_type in _OFFSET_MODELS else 0
+    usable = W.shape[0] - offset
+    if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1):
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    n = usable if n is None else int(n)
+    if n > usable:
+        raise ValueError(f"n={n} exceeds the model's {usable} learned positions")
+    return W[offset : offset + n]
+
+
+#: model types that rotate queries and keys (RoPE), whatever their config calls the base
+ROPE_MODEL_TYPES = frozenset({
+    "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "gpt_neox", "gptj",
+    "falcon", "olmo", "stablelm", "starcoder2", "cohere", "deepseek_v2", "internlm2", "roformer"})
+
+
+@dataclass(frozen=True)
+class PositionalMechanism:
+    """How a model encodes positions, read from its config. Chapter: *MDS optimality*.
+
+    ``kind`` is ``"learned"`` (an absolute table in the checkpoint), ``"rope"`` or ``"alibi"``;
+    ``n_heads``, ``head_dim`` and ``base`` are set where the kind needs them.
+    """
+
+    kind: str
+    n_heads: int | None = None
+    head_dim: int | None = None
+    base: float | None = None
+
+    @property
+    def label(self) -> str:
+        """A row name for tables (``learned (model)``, ``RoPE (d_head=64, base=10000, 32 heads)``, ...)."""
+        if self.kind == "rope":
+            return f"RoPE (d_head={self.head_dim}, base={self.base:g}, {self.n_heads} heads)"
+        if self.kind == "alibi":
+            return f"ALiBi ({self.n_heads} heads, pooled)"
+        return "learned (model)"
+
+
+def config_int(config: Any, *names: str) -> int | None:
+    """The first of ``names`` that ``config`` sets to a positive integer (``None`` if none does).
+    Chapter: *MDS optimality* (reading a model's width and head count)."""
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def positional_mechanism(config: Any) -> PositionalMechanism:
+    """The positional mechanism of a Hugging Face model from its config (``AutoConfig``).
+
+    ALiBi: Bloom, MPT (unless its ``attn_config`` turns ALiBi off), or ``position_embedding_type="alibi"``.
+    RoPE: a ``rope_theta`` / ``rotary_emb_base`` in the config, ``position_embedding_type`` ``rotary`` or
+    ``rope``, or a model type of :data:`ROPE_MODEL_TYPES`; the head size must be even. Anything else is
+    ``learned`` (whether the checkpoint really has an absolute table is checked when it is read, by
+    :func:`learned_position_embeddings`). Raises ``ValueError`` when a RoPE or ALiBi config names no head
+    count, or a RoPE head size is odd. Chapter: *MDS optimality*.
+    """
+    model_type = getattr(config, "model_type", "") or ""
+    pe_type = getattr(config, "position_embedding_type", "absolute") or "absolute"
+    is_alibi = bool(getattr(config, "alibi", False)) or model_type in {"bloom", "mpt"} or pe_type == "alibi"
+    if model_type == "mpt":
+        attn = getattr(config, "attn_config", None)
+        is_alibi = bool(attn.get("alibi", True) if isinstance(attn, dict) else getattr(attn, "alibi", True))
+    theta = getattr(config, "rope_theta", None) or getattr(config, "rotary_emb_base", None)
+    is_rope = (theta is not None or pe_type in ("rotary", "rope") or model_type in ROPE_MODEL_TYPES) and not is_alibi
+    if not (is_rope or is_alibi):
+        return PositionalMechanism("learned")
+    heads = config_int(config, "num_attention_heads", "n_heads", "n_head", "num_heads")
+    kind = "alibi" if is_alibi else "rope"
+    if heads is None:
+        raise ValueError(f"config (model_type={model_type!r}) names no number of attention heads, so its "
+                         f"{'ALiBi' if is_alibi else 'RoPE'} geometry cannot be built: set num_attention_heads")
+    if is_alibi:
+        return PositionalMechanism("alibi", n_heads=heads)
+    hidden = config_int(config, "hidden_size", "d_model", "n_embd")
+    head_dim = config_int(config, "head_dim") or (hidden // heads if hidden else None)
+    if head_dim is None or head_dim % 2:
+        raise ValueError(f"config (model_type={model_type!r}): RoPE head size {head_dim} is not an even number; "
+                         f"RoPE rotates pairs of coordinates, so head_dim must be even")
+    return PositionalMechanism("rope", n_heads=heads, head_dim=head_dim, base=float(theta or 10000.0))

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 mkdir -p _build
 stamp=_build/.posgeom-env-hash
-hash=$(cat requirements.txt pyproject.toml posgeom_utils/*.py | sha256sum | cut -d' ' -f1)
+hash=$("$PY" -m posgeom_utils.repro.sources)
 if [ -d _build/.jupyter_cache ] && [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ]; then
   echo "posgeom_utils or requirements changed since the last build: clearing the execution cache"
   rm -rf _build/.jupyter_cache

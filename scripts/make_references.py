@@ -20,7 +20,7 @@ import jupytext  # noqa: E402
 import nbformat  # noqa: E402
 import papermill  # noqa: E402
 
-from posgeom_utils.profiles import chapter_parameters  # noqa: E402
+from posgeom_utils.repro.profiles import chapter_parameters  # noqa: E402
 
 SOURCES = ROOT / "notebooks"
 REFERENCES = ROOT / "tests" / "notebooks"

@@ -1,4 +1,4 @@
-"""The chapters' claims (book/claims.yaml, posgeom_utils.claims): a valid schema naming real glued keys, the
+"""The chapters' claims (book/claims.yaml, posgeom_utils.repro.claims): a valid schema naming real glued keys, the
 check language on hand-made results, and every claim holding on the runs that the prose describes.
 
 - the smoke-profile claims are checked on the session fixture ``smoke_run`` (every chapter run by ``posgeom
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posgeom_utils.claims import (OPS, PROFILES, Claim, ClaimError, as_number, check_claims, glued_key_patterns,
+from posgeom_utils.repro.claims import (OPS, PROFILES, Claim, ClaimError, as_number, check_claims, glued_key_patterns,
                                   load_claims, read_results, validate_check, validate_claims)
-from posgeom_utils.runner import available_chapters
+from posgeom_utils.repro.runner import available_chapters
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"

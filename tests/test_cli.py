@@ -1,4 +1,4 @@
-"""The ``posgeom`` command line (posgeom_utils.cli): JSON rows, tiny random checkpoints, the plot, errors, help."""
+"""The ``posgeom`` command line (posgeom_utils.repro.cli): JSON rows, tiny random checkpoints, the plot, errors, help."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from posgeom_utils.cli import main
+from posgeom_utils.repro.cli import main
 from posgeom_utils.models import DEFAULT_MODEL
 
 WORDS = ("the a this that good bad film movie story actor plot was is very quite not really funny dull "

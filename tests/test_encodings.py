@@ -17,7 +17,6 @@ from posgeom_utils.encodings import (
     alibi,
     alibi_slopes,
     frequencies,
-    learned_position_embeddings,
     lowrank_parameter_count,
     mds_encoding,
     random_encoding,
@@ -25,6 +24,7 @@ from posgeom_utils.encodings import (
     sinusoidal,
 )
 from posgeom_utils.geometry import classical_mds, hellinger_distances, pairwise_distances, stress
+from posgeom_utils.models import learned_position_embeddings
 
 torch = pytest.importorskip("torch")
 

@@ -1,4 +1,4 @@
-"""The reproduction ledger (book/ledger.yaml, posgeom_utils.ledger): verdicts computed from the values,
+"""The reproduction ledger (book/ledger.yaml, posgeom_utils.repro.ledger): verdicts computed from the values,
 pending and capped runs labelled, and every row tied to keys its chapter really glues."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from posgeom_utils.claims import ClaimError, glued_key_patterns
-from posgeom_utils.ledger import (DIFFERENT_DEFINITION, DIFFERS, MISSING, NOT_CHECKABLE, PENDING, REPRODUCED,
+from posgeom_utils.repro.claims import ClaimError, glued_key_patterns
+from posgeom_utils.repro.ledger import (DIFFERENT_DEFINITION, DIFFERS, MISSING, NOT_CHECKABLE, PENDING, REPRODUCED,
                                   VERDICTS, build_ledger, load_rows, provenance_table, render, validate_rows,
                                   verdict_counts)
-from posgeom_utils.paper import REPORTED, reported
+from posgeom_utils.repro.paper import REPORTED, reported
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -180,7 +180,7 @@ def test_verdict_rules_are_not_typed(rows) -> None:
 
 
 @pytest.mark.parametrize("change, fragment", [
-    ({"paper": "no_such_number"}, "not in posgeom_utils.paper.REPORTED"),
+    ({"paper": "no_such_number"}, "not in posgeom_utils.repro.paper.REPORTED"),
     ({"rule": {"kind": "guess"}}, "rule.kind"),
     ({"rule": {"kind": "tolerance", "key": "x"}}, "rtol"),
     ({"rule": {"kind": "tolerance", "key": "x", "rtol": 0.1, "pass": "close enough"}}, "rule.pass"),

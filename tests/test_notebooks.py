@@ -13,7 +13,7 @@ import jupytext
 import nbformat
 import pytest
 
-from posgeom_utils.profiles import PROFILES, chapter_parameters
+from posgeom_utils.repro.profiles import PROFILES, chapter_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.md"))

@@ -1,4 +1,4 @@
-"""``posgeom run`` (posgeom_utils.runner): results with provenance, skipping, failures, resume, cap, the CLI.
+"""``posgeom run`` (posgeom_utils.repro.runner): results with provenance, skipping, failures, resume, cap, the CLI.
 
 Most tests execute tiny fake MyST chapters written here (a kernel start each, a few seconds); the last test
 uses the session fixture ``smoke_run`` (conftest.py), which runs every real chapter with the smoke profile.
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from posgeom_utils import runner
-from posgeom_utils.cli import build_parser
-from posgeom_utils.runner import RunError, RunSummary, requested_parameters, run_chapters
+from posgeom_utils.repro import runner
+from posgeom_utils.repro.cli import build_parser
+from posgeom_utils.repro.runner import RunError, RunSummary, requested_parameters, run_chapters
 from test_cli import run_cli  # tests/ is on sys.path under pytest (no __init__.py)
 
 HEADER = """\
@@ -47,7 +47,7 @@ def chapter(name: str, parameters: str, body: str, save: bool = True) -> str:
     and save_results() in the last cell."""
     text = HEADER.format(name=name)
     text += cell("""
-        from posgeom_utils.report import glue, save_results, show_parameters, start_parameters
+        from posgeom_utils.repro.results import glue, save_results, show_parameters, start_parameters
 
         start_parameters(globals())
         """)
@@ -90,7 +90,7 @@ TRAINER = chapter("trainer", """
     import torch
     from torch import nn
 
-    from posgeom_utils.report import checkpoint_dir
+    from posgeom_utils.repro.results import checkpoint_dir
     from posgeom_utils.training import TrainConfig, train_classifier
 
     g = torch.Generator().manual_seed(0)

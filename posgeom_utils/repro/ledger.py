@@ -1,7 +1,7 @@
 """The reproduction ledger: every claim of Cirrincione (2026) beside our number and a computed verdict.
 
 Chapter: *Reproduction ledger* (``book/ledger.md``). The rows live in ``book/ledger.yaml`` (format documented
-at its top): the paper's statement, its value (from :data:`posgeom_utils.paper.REPORTED`, never typed), the
+at its top): the paper's statement, its value (from :data:`posgeom_utils.repro.paper.REPORTED`, never typed), the
 chapter and glued key(s) holding ours, how to show our value, and the rule that turns the two into a verdict:
 
 - ``reproduced``: within the row's stated tolerance, or the qualitative check passes;
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .cache import read_json
+from ..cache import read_json
 from .claims import ClaimError, as_number, check_keys, evaluate_check, validate_check
 from .paper import REPORTED
 
@@ -52,7 +52,7 @@ _TEMPLATE = re.compile(r"\{([A-Za-z0-9_\-]+)(?::([^{}]*))?\}")
 _PAPER_RATIO = re.compile(r"^\s*(\w+)\s*/\s*(\w+)\s*$")
 
 #: where the book keeps the ledger rows
-DEFAULT_LEDGER = Path(__file__).resolve().parent.parent / "book" / "ledger.yaml"
+DEFAULT_LEDGER = Path(__file__).resolve().parents[2] / "book" / "ledger.yaml"
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class LedgerRow:
         return float(REPORTED[self.paper][0])
 
     def paper_keys(self) -> list[str]:
-        """The :data:`~posgeom_utils.paper.REPORTED` keys the row quotes."""
+        """The :data:`~posgeom_utils.repro.paper.REPORTED` keys the row quotes."""
         if self.paper is None:
             return []
         ratio = _PAPER_RATIO.match(self.paper)
@@ -152,7 +152,7 @@ def validate_rows(raw: Any) -> list[LedgerRow]:
             ratio = _PAPER_RATIO.match(str(item["paper"]))
             for key in ([ratio.group(1), ratio.group(2)] if ratio else [item["paper"]]):
                 if key not in REPORTED:
-                    raise ClaimError(f"{where}: paper key {key!r} is not in posgeom_utils.paper.REPORTED "
+                    raise ClaimError(f"{where}: paper key {key!r} is not in posgeom_utils.repro.paper.REPORTED "
                                      f"(known: {sorted(REPORTED)})")
         rule = item["rule"]
         if not isinstance(rule, Mapping) or rule.get("kind") not in RULE_KINDS:

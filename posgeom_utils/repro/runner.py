@@ -6,15 +6,16 @@ Each chapter ``<chapter>`` gets a folder ``<out>/<chapter>/`` holding
 
 - ``<chapter>.ipynb``: the executed notebook (also written, up to the failing cell, when a cell fails);
 - ``results.json``: ``{"chapter", "parameters", "results", "provenance"}``, the chapter's effective
-  parameters and every glued number (written by its last cell, :func:`posgeom_utils.report.save_results`)
+  parameters and every glued number (written by its last cell, :func:`posgeom_utils.repro.results.save_results`)
   plus where and how they were computed;
 - ``failed.json``: why the last attempt failed (removed by a later success);
-- ``checkpoints/``: resumable training checkpoints (:func:`posgeom_utils.report.checkpoint_dir`), kept
+- ``checkpoints/``: resumable training checkpoints (:func:`posgeom_utils.repro.results.checkpoint_dir`), kept
   between attempts of the same run, so an interrupted training run resumes; cleared when the run's
   parameters, code or profile change, or with ``force``.
 
-A chapter whose ``results.json`` was made with the same profile, requested parameters, package version,
-git commit and source hash is skipped.
+A chapter whose ``results.json`` was made with the same profile, requested parameters, package version and
+source hash (:func:`posgeom_utils.repro.sources.source_hash`: the chapter, the science modules and the pinned
+environment; not the machinery, and not the git commit) is skipped. The commit is still recorded.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from .cache import read_json, write_json
+from ..cache import read_json, write_json
 from .profiles import PROFILES, chapter_parameters
-from .report import CHECKPOINT_ENV, RESULTS_ENV, device_name
+from ..models import device_name
+from .results import CHECKPOINT_ENV, RESULTS_ENV
+from .sources import REPO_ROOT, source_hash
 
 #: parameters that size a run (texts, examples, steps); ``cap`` bounds each of them (``None``, meaning
 #: "the whole corpus", becomes ``cap`` too)
@@ -49,12 +52,10 @@ SIZE_PARAMETERS = ("sample_size", "task_size", "train_steps", "finetune_steps", 
 LIBRARIES = ("numpy", "scipy", "torch", "transformers", "tokenizers", "datasets", "scikit-learn", "papermill",
              "myst-nb")
 #: provenance fields that must match for a chapter to be skipped
-SKIP_KEYS = ("profile", "requested_parameters", "package_version", "commit", "source_hash")
+SKIP_KEYS = ("profile", "requested_parameters", "package_version", "source_hash")
 #: provenance fields that must match for the checkpoints of an earlier attempt to be reused
 RESUME_KEYS = ("profile", "requested_parameters", "package_version", "source_hash")
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-REPO_ROOT = PACKAGE_DIR.parent
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -181,14 +182,6 @@ def git_state() -> tuple[str | None, bool | None]:
     return commit, (bool(status) if status is not None else None)
 
 
-def source_hash(source: Path) -> str:
-    """sha256 over the chapter source and every ``posgeom_utils/*.py`` (names and contents)."""
-    digest = hashlib.sha256()
-    for path in [Path(source), *sorted(PACKAGE_DIR.glob("*.py"))]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
 def library_versions() -> dict[str, str | None]:
     """Python and the :data:`LIBRARIES` versions (``None`` when not installed)."""
     versions: dict[str, str | None] = {"python": platform.python_version()}
@@ -294,7 +287,7 @@ def run_chapters(profile: str, chapters: list[str] | None = None, device: str | 
     out = Path(out) if out is not None else Path.cwd() / "runs" / f"{profile}-{date.today().isoformat()}"
 
     import papermill  # noqa: F401 - fail early (before any chapter) when papermill is missing
-    from . import __version__
+    from .. import __version__
 
     commit, dirty = git_state()
     plans = []
@@ -385,7 +378,7 @@ def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, fl
             if not values:
                 raise RuntimeError(
                     f"the chapter wrote no results: its last cell must call "
-                    f"posgeom_utils.report.save_results() (and it glued no values to fall back on)")
+                    f"posgeom_utils.repro.results.save_results() (and it glued no values to fall back on)")
             declared = {k: v for k, v in plan.declared.items() if v is not ...}
             payload = {"parameters": _jsonable({**declared, **plan.parameters}), "results": values}
             note = " (no save_results: results read from the glued outputs)"

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-#: the profiles a claim can be asserted at (those of posgeom_utils.profiles)
+#: the profiles a claim can be asserted at (those of posgeom_utils.repro.profiles)
 PROFILES = ("smoke", "default", "paper")
 #: comparison operators of the check language
 OPS = ("<", "<=", ">", ">=", "==", "!=", "between", "in")
@@ -42,7 +42,7 @@ _COMBINATORS = ("all", "any")
 _NUMBER = re.compile(r"^\s*[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*(%?)\s*$")
 
 #: where the book keeps its claims
-DEFAULT_CLAIMS = Path(__file__).resolve().parent.parent / "book" / "claims.yaml"
+DEFAULT_CLAIMS = Path(__file__).resolve().parents[2] / "book" / "claims.yaml"
 
 
 class ClaimError(ValueError):

@@ -9,7 +9,7 @@ scale-fitted stress, exact triplet monotonicity violation rate) the model's own 
 width and the sinusoidal encoding of the same width.
 
 ``posgeom run --profile smoke|default|paper`` re-executes the chapters through papermill and keeps their
-results with provenance (:mod:`posgeom_utils.runner`; chapter: *How this book is built* (README),
+results with provenance (:mod:`posgeom_utils.repro.runner`; chapter: *How this book is built* (README),
 *Reproduction ledger*).
 """
 
@@ -27,11 +27,6 @@ from typing import Any, Sequence
 import numpy as np
 
 PROG = "posgeom"
-#: model types that use ALiBi (no position table; linear biases in attention)
-_ALIBI_TYPES = {"bloom", "mpt", "falcon_alibi"}
-#: model types known to rotate queries and keys (RoPE), whatever their config calls the base
-_ROPE_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "gpt_neox",
-               "gptj", "falcon", "olmo", "stablelm", "starcoder2", "cohere", "deepseek_v2", "internlm2", "roformer"}
 
 
 class UsageError(Exception):
@@ -169,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
 # --------------------------------------------------------------------------- inputs
 
 def _load_texts(args: argparse.Namespace):
-    from .corpus import LOCAL_FILES, Corpus, load_corpus
+    from ..corpus import LOCAL_FILES, Corpus, load_corpus
 
     name = args.corpus
     if name in LOCAL_FILES:
@@ -200,56 +195,37 @@ def _load_texts(args: argparse.Namespace):
     return corpus
 
 
-def _config_int(config: Any, *names: str) -> int | None:
-    for name in names:
-        value = getattr(config, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
 def _model_encoding(model_name: str, config: Any, n: int) -> tuple[str, str, np.ndarray | None]:
     """(row name, mechanism, n x d encoding or None) for the model's own positional mechanism."""
-    from .encodings import alibi, alibi_slopes, learned_position_embeddings, rope
-    from .models import load_model
+    from ..encodings import alibi, alibi_slopes, rope
+    from ..models import learned_position_embeddings, load_model, positional_mechanism
 
-    model_type = getattr(config, "model_type", "") or ""
-    pe_type = getattr(config, "position_embedding_type", "absolute") or "absolute"
-    hidden = _config_int(config, "hidden_size", "d_model", "n_embd")
-    heads = _config_int(config, "num_attention_heads", "n_heads", "n_head", "num_heads")
-    is_alibi = bool(getattr(config, "alibi", False)) or model_type in {"bloom", "mpt"} or pe_type == "alibi"
-    if model_type == "mpt":
-        attn = getattr(config, "attn_config", None)
-        is_alibi = bool(getattr(attn, "alibi", True) if not isinstance(attn, dict) else attn.get("alibi", True))
-    theta = getattr(config, "rope_theta", None) or getattr(config, "rotary_emb_base", None)
-    is_rope = (theta is not None or pe_type in ("rotary", "rope") or model_type in _ROPE_TYPES) and not is_alibi
-    if not is_rope and not is_alibi:
-        try:
-            model = load_model(model_name, device="cpu")
-        except ValueError as exc:
-            raise UsageError(f"--model {model_name!r}: {exc}") from exc
-        try:
-            return "learned (model)", "learned absolute table", learned_position_embeddings(model, n)
-        except ValueError as exc:
-            if "exceeds" in str(exc):
-                raise UsageError(f"--n: {exc}; pass a smaller --n") from exc
-            return "none", f"no absolute encoding ({pe_type}, model_type={model_type!r})", None
-    if heads is None:
-        raise UsageError(f"--model {model_name!r}: its config names no number of attention heads, "
-                         f"so its {'ALiBi' if is_alibi else 'RoPE'} geometry cannot be built")
-    if is_alibi:
-        return f"ALiBi ({heads} heads, pooled)", "ALiBi", alibi(n, alibi_slopes(heads))
-    head_dim = _config_int(config, "head_dim") or (hidden // heads if hidden else None)
-    if head_dim is None or head_dim % 2:
-        raise UsageError(f"--model {model_name!r}: RoPE head size {head_dim} is not an even number")
-    base = float(theta or 10000.0)
-    return f"RoPE (d_head={head_dim}, base={base:g}, {heads} heads)", "RoPE", rope(n, head_dim, heads, base)
+    try:
+        mech = positional_mechanism(config)
+    except ValueError as exc:
+        raise UsageError(f"--model {model_name!r}: {exc}") from exc
+    if mech.kind == "alibi":
+        return mech.label, "ALiBi", alibi(n, alibi_slopes(mech.n_heads))
+    if mech.kind == "rope":
+        return mech.label, "RoPE", rope(n, mech.head_dim, mech.n_heads, mech.base)
+    try:
+        model = load_model(model_name, device="cpu")
+    except ValueError as exc:
+        raise UsageError(f"--model {model_name!r}: {exc}") from exc
+    try:
+        return mech.label, "learned absolute table", learned_position_embeddings(model, n)
+    except ValueError as exc:
+        if "exceeds" in str(exc):
+            raise UsageError(f"--n: {exc}; pass a smaller --n") from exc
+        pe_type = getattr(config, "position_embedding_type", "absolute")
+        model_type = getattr(config, "model_type", "")
+        return "none", f"no absolute encoding ({pe_type}, model_type={model_type!r})", None
 
 
 # --------------------------------------------------------------------------- the command
 
 def _row(name: str, kind: str, P: np.ndarray, D: np.ndarray) -> dict:
-    from .geometry import monotonicity_violation_rate, stress
+    from ..geometry import monotonicity_violation_rate, stress
 
     P = np.asarray(P, dtype=np.float64)
     return {
@@ -263,10 +239,10 @@ def _row(name: str, kind: str, P: np.ndarray, D: np.ndarray) -> dict:
 
 
 def _run_stress(args: argparse.Namespace) -> int:
-    from .encodings import mds_encoding, sinusoidal
-    from .geometry import classical_mds, hellinger_distances, monotonicity_violation_rate, pairwise_distances
-    from .marginals import positional_marginals
-    from .models import load_config, load_tokenizer, model_label
+    from ..encodings import mds_encoding, sinusoidal
+    from ..geometry import classical_mds, hellinger_distances, monotonicity_violation_rate, pairwise_distances
+    from ..marginals import positional_marginals
+    from ..models import config_int, load_config, load_tokenizer, model_label
 
     if args.n < 3:
         raise UsageError(f"--n must be at least 3 (got {args.n}): distances and monotonicity need 3 positions; "
@@ -298,7 +274,7 @@ def _run_stress(args: argparse.Namespace) -> int:
     mds = classical_mds(D)
 
     name, mechanism, P_model = _model_encoding(args.model, config, n)
-    width = _config_int(config, "hidden_size", "d_model", "n_embd")
+    width = config_int(config, "hidden_size", "d_model", "n_embd")
     if width is None:
         width = P_model.shape[1] if P_model is not None else n
     rows = []

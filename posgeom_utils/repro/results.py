@@ -12,6 +12,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..models import device_name
+
 #: set by ``posgeom run``: the file a chapter's last cell writes its parameters and glued numbers to
 RESULTS_ENV = "POSGEOM_RESULTS_FILE"
 #: set by ``posgeom run``: the folder under which training runs keep resumable checkpoints
@@ -86,21 +88,6 @@ def show_parameters(chapter: str, namespace: Mapping[str, Any]) -> "pd.DataFrame
     return pd.DataFrame({"value": list(shown.values())}, index=pd.Index(list(shown), name="parameter"))
 
 
-def device_name(device: str = "auto") -> str:
-    """What ``device`` resolves to, in words (e.g. ``cpu`` or ``cuda: NVIDIA H200``)."""
-    try:
-        import torch
-
-        from .models import select_device
-
-        dev = select_device(device)
-    except Exception as exc:  # noqa: BLE001 - a bad device is reported by the chapter itself
-        return f"unavailable ({exc})"
-    if dev.type == "cuda":
-        return f"cuda: {torch.cuda.get_device_name(dev)}"
-    return "cpu"
-
-
 def checkpoint_dir(name: str) -> str | None:
     """Where the training run ``name`` keeps its checkpoints during ``posgeom run`` (``None`` otherwise,
     so the book build never writes checkpoints). Chapter: *How this book is built* (README).
@@ -114,7 +101,7 @@ def save_results(path: str | os.PathLike | None = None) -> Path | None:
     by ``$POSGEOM_RESULTS_FILE``; nothing is written when neither is set). ``posgeom run`` adds the
     provenance. Chapter: *Reproduction ledger*.
     """
-    from .cache import write_json
+    from ..cache import write_json
 
     target = path or os.environ.get(RESULTS_ENV)
     if not target:
@@ -122,28 +109,3 @@ def save_results(path: str | os.PathLike | None = None) -> Path | None:
     payload = {"chapter": _RUN["chapter"], "parameters": _RUN["parameters"],
                "results": {k: _parameter_value(v) for k, v in _RESULTS.items()}}
     return write_json(Path(target), payload)
-
-
-def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> "pd.DataFrame":
-    """One row per encoding: rank, raw and scale-fitted stress against ``D``, the fitted scale, and the
-    Spearman correlation of its pairwise distances with D's. Chapter: *MDS optimality*.
-    """
-    import pandas as pd
-    from scipy.stats import spearmanr
-
-    from .geometry import best_scale, check_distance_matrix, pairwise_distances, stress_of_distances
-
-    D = check_distance_matrix(D)
-    iu = np.triu_indices(D.shape[0], 1)
-    rows = []
-    for name, P in encodings.items():
-        E = pairwise_distances(P, name=name)
-        rows.append({
-            "encoding": name,
-            "rank": int(np.linalg.matrix_rank(np.asarray(P) - np.mean(P, axis=0), tol=1e-9 * max(1.0, np.abs(P).max()))),
-            "raw stress": stress_of_distances(E, D, "raw"),
-            "fitted stress": stress_of_distances(E, D, "fitted"),
-            "best scale": best_scale(E, D),
-            "Spearman rho": float(spearmanr(E[iu], D[iu]).statistic) if np.ptp(E[iu]) > 0 else float("nan"),
-        })
-    return pd.DataFrame(rows).set_index("encoding")
