@@ -66,9 +66,41 @@ def _parameter_value(value: Any) -> Any:
     return str(value)
 
 
-def show_parameters(chapter: str, namespace: Mapping[str, Any]) -> "pd.DataFrame":
-    """The "Parameters used" table of ``chapter``: every name its ``parameters`` cell (and papermill's
-    injected cell) defined since :func:`start_parameters`, plus the device actually used.
+def parameter_comments(source: str) -> dict[str, str]:
+    """``{name: comment}`` for every line ``name = value  # comment`` of a cell's ``source`` (the meaning a
+    chapter's ``parameters`` cell gives each parameter). Chapter: every chapter (top of the page).
+    """
+    comments: dict[str, str] = {}
+    for line in source.splitlines():
+        head, sep, comment = line.partition("#")
+        name, eq, _ = head.partition("=")
+        name = name.strip()
+        if sep and eq and name.isidentifier() and comment.strip():
+            comments.setdefault(name, comment.strip())
+    return comments
+
+
+class ParametersTable:
+    """The parameters a chapter ran with, shown as one collapsed block (HTML ``<details>``) in the book and as
+    plain text elsewhere. ``frame`` holds the table (parameter, value, meaning)."""
+
+    def __init__(self, chapter: str, frame: "pd.DataFrame") -> None:
+        self.chapter = chapter
+        self.frame = frame
+
+    def _repr_html_(self) -> str:
+        profile = self.frame["value"].get("profile", "default")
+        return (f'<details class="posgeom-parameters"><summary>Parameters of this run (profile '
+                f'<code>{profile}</code>): click to show</summary>{self.frame.to_html()}</details>')
+
+    def __repr__(self) -> str:
+        return self.frame.to_string()
+
+
+def show_parameters(chapter: str, namespace: Mapping[str, Any]) -> ParametersTable:
+    """The "Parameters of this run" block of ``chapter``: every name its ``parameters`` cell (and
+    papermill's injected cell) defined since :func:`start_parameters`, its value, the device actually
+    used, and the meaning the ``parameters`` cell's comments give it (read from IPython's input history).
 
     The values are recorded for :func:`save_results`. Chapter: every chapter (top of the page).
     """
@@ -84,8 +116,17 @@ def show_parameters(chapter: str, namespace: Mapping[str, Any]) -> "pd.DataFrame
         params["device_name"] = device_name(str(params["device"]))
     _RUN["chapter"] = chapter
     _RUN["parameters"] = params
-    shown = {k: ("None" if v is None else str(v)) for k, v in params.items()}
-    return pd.DataFrame({"value": list(shown.values())}, index=pd.Index(list(shown), name="parameter"))
+    comments: dict[str, str] = {}
+    history = namespace.get("In")
+    for source in history if isinstance(history, list) else []:
+        for name, comment in parameter_comments(str(source)).items():
+            comments.setdefault(name, comment)
+    if "device_name" in params:
+        comments.setdefault("device_name", "the device the chapter actually used")
+    frame = pd.DataFrame({"value": [("None" if v is None else str(v)) for v in params.values()],
+                          "meaning": [comments.get(k, "") for k in params]},
+                         index=pd.Index(list(params), name="parameter"))
+    return ParametersTable(chapter, frame)
 
 
 def checkpoint_dir(name: str) -> str | None:
