@@ -60,6 +60,28 @@ def test_parameters_cell_and_profiles(chapter: str) -> None:
         assert set(overrides) <= names, f"profile {profile!r} sets unknown parameters {set(overrides) - names}"
 
 
+def notation_parameters() -> set[str]:
+    """The parameter names the notation page documents (its table under *Parameters of the chapters*)."""
+    text = (ROOT / "book" / "notation.md").read_text()
+    table = text.split("## Parameters of the chapters", 1)[1].split("\n## ", 1)[0]
+    names = set()
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            names.update(part.strip(" `") for part in line.split("|")[1].split(","))
+    return names
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_parameter_has_one_documented_name(chapter: str) -> None:
+    """One name per concept: a chapter may only declare parameters that the notation page defines."""
+    nb = jupytext.read(ROOT / "notebooks" / f"{chapter}.md")
+    names = {t.id for node in ast.parse(parameters_cell(nb).source).body if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name)}
+    documented = notation_parameters()
+    assert {"task_len", "synthetic_n", "n"} <= documented
+    assert names <= documented, f"{chapter}: parameters missing from book/notation.md: {names - documented}"
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_reference_notebook_matches_its_source(chapter: str) -> None:
     reference = ROOT / "tests" / "notebooks" / f"{chapter}.ipynb"

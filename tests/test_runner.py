@@ -358,3 +358,42 @@ def test_smoke_run_of_every_real_chapter(smoke_run: RunSummary):
         assert data["provenance"]["profile"] == "smoke" and data["parameters"]["profile"] == "smoke"
     again = run_chapters("smoke", out=smoke_run.out, log=lambda line: None)  # a rerun skips what is current
     assert sorted(again.skipped) == chapters and not again.ran and not again.failed
+
+
+# --------------------------------------------------------------------------- freshness of committed results
+
+COMMITTED = Path(__file__).resolve().parents[1] / "book" / "results"
+
+
+def test_stale_results_names_edited_and_missing_chapters(two_chapters, tmp_path):
+    source, out, _ = two_chapters
+    assert runner.stale_results(out, source) == {}
+    edited = write(tmp_path / "src", alpha=ALPHA.replace("n = 3", "n = 5"))
+    stale = runner.stale_results(out, edited)
+    assert set(stale) == {"alpha", "beta"}  # alpha edited; beta's source is absent from the edited folder
+    assert "posgeom run --chapters alpha" in stale["alpha"] and "no chapter" in stale["beta"]
+
+
+@pytest.mark.parametrize("profile", sorted(p.name for p in COMMITTED.iterdir() if p.is_dir()))
+def test_committed_results_are_fresh(profile):
+    """Every committed results.json was computed by the chapter and science code of this checkout."""
+    stale = runner.stale_results(COMMITTED / profile)
+    assert not stale, f"stale committed {profile} results: {stale}"
+
+
+def test_parameters_block_shows_values_and_meanings():
+    from posgeom_utils.repro import results as report
+
+    namespace: dict = {"In": []}
+    report.start_parameters(namespace)
+    source = 'profile = "default"  # smoke | default | paper\nn = 32  # positions compared\nseed = 0\n'
+    for cell_source in (source, "n = 16\n"):  # the parameters cell, then papermill's injected cell
+        exec(cell_source, namespace)  # noqa: S102 - as the kernel runs them
+        namespace["In"].append(cell_source)
+    block = report.show_parameters("chapter", namespace)
+    frame = block.frame
+    assert frame.loc["n", "value"] == "16" and frame.loc["n", "meaning"] == "positions compared"
+    assert frame.loc["seed", "meaning"] == "" and "In" not in frame.index
+    html = block._repr_html_()
+    assert html.startswith("<details") and "<code>default</code>" in html and "positions compared" in html
+    assert report.parameter_comments("x = 1  # one\ny=2\n# z = 3  # no\n") == {"x": "one"}

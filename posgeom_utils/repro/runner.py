@@ -330,6 +330,26 @@ def run_chapters(profile: str, chapters: list[str] | None = None, device: str | 
     return summary
 
 
+def stale_results(results_dir: Path, source_dir: Path | None = None) -> dict[str, str]:
+    """``{chapter: why}`` for every ``<results_dir>/<chapter>/results.json`` that no longer matches the code it
+    came from: its recorded source hash (:func:`~posgeom_utils.repro.sources.source_hash`: the chapter, the
+    science modules and the pinned environment) differs from the current one, or its chapter is gone.
+    An empty dict means every committed result is fresh. Chapter: *Reproduction ledger*.
+    """
+    source_dir = Path(source_dir) if source_dir is not None else default_source_dir()
+    stale: dict[str, str] = {}
+    for path in sorted(Path(results_dir).glob("*/results.json")):
+        chapter = path.parent.name
+        source = source_dir / f"{chapter}.md"
+        recorded = (read_json(path) or {}).get("provenance", {}).get("source_hash")
+        if not source.is_file():
+            stale[chapter] = f"no chapter {source} any more"
+        elif recorded != source_hash(source):
+            stale[chapter] = (f"source hash {str(recorded)[:12]} != current {source_hash(source)[:12]}: "
+                              f"rerun `posgeom run --chapters {chapter} --out {Path(results_dir)}`")
+    return stale
+
+
 def _prepare_checkpoints(plan: _Plan, force: bool) -> Path:
     """The chapter's checkpoint folder: kept when it belongs to an earlier attempt of this very run, else emptied."""
     folder = plan.folder / "checkpoints"
