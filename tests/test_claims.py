@@ -1,5 +1,6 @@
-"""The chapters' claims (book/claims.yaml, posgeom_utils.repro.claims): a valid schema naming real glued keys, the
-check language on hand-made results, and every claim holding on the runs that the prose describes.
+"""The book's claims (book/claims.yaml, posgeom_utils.repro.claims): one schema for the prose's claims and the
+paper comparisons, naming real glued keys; the check language on hand-made results; and every claim of the
+prose holding on the runs that it describes (the paper comparisons are judged in tests/test_ledger.py).
 
 - the smoke-profile claims are checked on the session fixture ``smoke_run`` (every chapter run by ``posgeom
   run --profile smoke``), or on the folder named by ``POSGEOM_CLAIMS_SMOKE_RESULTS`` when that is set (a
@@ -18,8 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posgeom_utils.repro.claims import (OPS, PROFILES, Claim, ClaimError, as_number, check_claims, glued_key_patterns,
-                                  load_claims, read_results, validate_check, validate_claims)
+from posgeom_utils.repro.claims import (DIFFERENT_DEFINITION, OPS, PROFILES, Claim, ClaimError, as_number,
+                                        check_claims, check_paper_refs, evaluate_check, glued_key_patterns,
+                                        load_claims, paper_value, read_results, render, validate_check,
+                                        validate_claims)
+from posgeom_utils.repro.paper import REPORTED, reported
 from posgeom_utils.repro.runner import available_chapters
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,8 +56,11 @@ def claims() -> list[Claim]:
 # --------------------------------------------------------------------------- (a) the schema
 
 def test_claims_file_is_valid_and_covers_every_chapter(claims: list[Claim]) -> None:
-    assert 30 <= len(claims) <= 80, f"{len(claims)} claims"
-    chapters = {c.chapter for c in claims}
+    prose = [c for c in claims if c.profiles]
+    assert 30 <= len(prose) <= 80, f"{len(prose)} claims of the prose"
+    assert 15 <= len(claims) - len(prose) <= 40, f"{len(claims) - len(prose)} paper comparisons"
+    assert all(c.paper is not None for c in claims if not c.profiles)
+    chapters = {c.chapter for c in prose}
     for chapter in ("positions_in_real_text", "necessity", "separation", "mds_optimality", "low_rank",
                     "monotonicity"):
         assert chapter in chapters, f"no claim for {chapter}"
@@ -62,6 +69,7 @@ def test_claims_file_is_valid_and_covers_every_chapter(claims: list[Claim]) -> N
 
 
 def test_every_claim_names_keys_its_chapter_glues(claims: list[Claim]) -> None:
+    """Checks, alternatives and the paper blocks' templates read only keys their chapter glues."""
     missing = []
     for claim in claims:
         is_glued = glued_in(claim.chapter)
@@ -74,10 +82,13 @@ def test_every_claim_uses_known_ops(claims: list[Claim]) -> None:
         for combinator in ("all", "any"):
             if combinator in check:
                 return [op for sub in check[combinator] for op in ops(sub)]
-        return [check["op"]]
+        return [] if "asserted" in check else [check["op"]]
 
-    for claim in claims:
-        assert set(ops(claim.check)) <= set(OPS), claim.id
+    checks = [c.check for c in claims if c.check is not None]
+    checks += [alt.check for c in claims if c.paper is not None for alt in c.paper.alternatives]
+    assert checks
+    for check in checks:
+        assert set(ops(check)) <= set(OPS), check
 
 
 def test_default_claims_include_every_smoke_claim_or_say_why(claims: list[Claim]) -> None:
@@ -103,7 +114,7 @@ def test_glued_key_patterns_read_literals_fstrings_and_concatenations(tmp_path: 
 # --------------------------------------------------------------------------- (d) the check language
 
 RESULTS = {"a": 0.5, "b": 0.25, "zero": 0.0, "count": 16, "saving": "66%", "r": "12", "none": "none",
-           "word": "the", "nan": float("nan")}
+           "word": "the", "nan": float("nan"), "sin": 290.0, "ratio": 1.0}
 
 
 def claim(check: dict, profiles=("smoke",), chapter: str = "ch", id: str = "c") -> Claim:
@@ -127,6 +138,11 @@ def claim(check: dict, profiles=("smoke",), chapter: str = "ch", id: str = "c") 
     {"key": "count", "op": "in", "values": [15, 16]},
     {"all": [{"key": "a", "op": ">", "value": 0}, {"key": "zero", "op": "==", "value": 0}]},
     {"any": [{"key": "none", "op": "<=", "value": 0}, {"key": "none", "op": "==", "value": "none"}]},
+    {"key": "sin", "op": "==", "paper": "sst2_sinusoidal_stress", "rtol": 0.1},
+    {"key": "sin", "op": "==", "paper": "sst2_sinusoidal_stress", "tol": 20},
+    {"key": "sin", "op": "<", "paper": "sst2_sinusoidal_stress", "factor": 3},
+    {"key": "ratio", "op": "==", "paper": "sst2_rope_stress / sst2_sinusoidal_stress", "rtol": 0.1},
+    {"asserted": "the chapter asserts it"},
 ])
 def test_passing_checks(check: dict) -> None:
     [result] = check_claims({"ch": RESULTS}, "smoke", [claim(check)])
@@ -143,6 +159,9 @@ def test_passing_checks(check: dict) -> None:
     ({"key": "word", "op": "in", "values": ["a", "an"]}, "not in"),
     ({"all": [{"key": "a", "op": ">", "value": 0}, {"key": "b", "op": ">", "value": 1}]}, "fails"),
     ({"any": [{"key": "a", "op": "<", "value": 0}, {"key": "b", "op": ">", "value": 1}]}, "fails"),
+    ({"key": "sin", "op": "==", "paper": "sst2_sinusoidal_stress", "rtol": 0.05}, "|diff| 18 > tol 13.6"),
+    ({"key": "sin", "op": "!=", "paper": "sst2_sinusoidal_stress", "rtol": 0.1}, "paper sst2_sinusoidal_stress = 272"),
+    ({"key": "absent", "op": "==", "paper": "sst2_sinusoidal_stress", "rtol": 0.1}, "missing key 'absent'"),
 ])
 def test_failing_checks(check: dict, fragment: str) -> None:
     [result] = check_claims({"ch": RESULTS}, "smoke", [claim(check)])
@@ -179,6 +198,14 @@ def test_claims_are_filtered_by_profile_and_accept_whole_payloads() -> None:
     ({"key": "a", "op": "in", "values": []}, "non-empty list"),
     ({"key": "a", "op": ">", "value": "big"}, "string 'value'"),
     ({"key": "a", "op": ">", "value": 1, "tol": 0.1}, "'tol' applies"),
+    ({"key": "a", "op": ">", "paper": "sst2_alibi_stress", "rtol": 0.1}, "'rtol' applies"),
+    ({"key": "a", "op": "==", "paper": "sst2_alibi_stress", "rtol": -0.1}, "'rtol' must be >= 0"),
+    ({"key": "a", "op": ">", "value": 1, "paper": "sst2_alibi_stress"}, "exactly one of 'value'"),
+    ({"key": "a", "op": ">", "paper": "no_such_number"}, "not in posgeom_utils.repro.paper.REPORTED"),
+    ({"key": "a", "op": ">", "paper": "sst2_rope_stress / nothing"}, "'nothing' is not in"),
+    ({"key": "a", "op": "between", "low": 0, "high": 1, "paper": "sst2_alibi_stress"}, "do not apply"),
+    ({"asserted": "it holds", "key": "a"}, "{asserted: TEXT}"),
+    ({"asserted": ""}, "{asserted: TEXT}"),
     ({"op": ">", "value": 1}, "'key'"),
     ({"all": []}, "non-empty list"),
     ({"all": [{"key": "a", "op": ">", "value": 1}], "key": "b"}, "only field"),
@@ -204,6 +231,87 @@ def test_bad_claims_are_rejected(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"claims": [{**good, "check": {"key": "a", "op": "=>", "value": 0}}]}))
     with pytest.raises(ClaimError, match=f"{re.escape(str(path))}.*unknown op"):
         load_claims(path)
+
+
+def paper_claim(check: dict | None = None, **paper) -> dict:
+    """A claim comparing with the paper's sinusoidal stress, as written in claims.yaml (``paper`` fields changed)."""
+    block = {"value": "sst2_sinusoidal_stress", "ours": "{sst2_sin_raw:.0f}", **paper}
+    near = {"key": "sst2_sin_raw", "op": "==", "paper": "sst2_sinusoidal_stress", "rtol": 0.1}
+    return {"id": "sin", "chapter": "mds_optimality", "statement": "s", "profiles": [], "paper": block,
+            "check": near if check is None else check}
+
+
+NOT_CHECKABLE_BLOCK = {"not_checkable": "the paper's corpus is not described"}
+
+
+@pytest.mark.parametrize("claim, fragment", [
+    (paper_claim(value="no_such_number"), "not in posgeom_utils.repro.paper.REPORTED"),
+    (paper_claim(text="about 272"), "exactly one of 'value'"),
+    (paper_claim(colour="red"), "unknown field(s) ['colour']"),
+    (paper_claim(ours=""), "'ours'"),
+    (paper_claim(verdict="close enough"), "'verdict' must be"),
+    (paper_claim(verdict=DIFFERENT_DEFINITION), "must say which"),
+    (paper_claim(alternatives=[{"key": "sst2_sin_fit", "definition": "fitted"}]), "{check, definition}"),
+    (paper_claim(alternatives=[{"check": {"key": "x", "op": "about", "value": 1}, "definition": "d"}]),
+     "unknown op"),
+    (paper_claim(check={"key": "sst2_sin_raw", "op": "==", "paper": "sst2_rope_stress", "rtol": 0.1}),
+     "compare with paper value(s) ['sst2_rope_stress']"),
+    (paper_claim(**NOT_CHECKABLE_BLOCK), "has no 'check'"),
+    ({**paper_claim(**NOT_CHECKABLE_BLOCK, evidence="e"), "check": None}, "do not apply to a not-checkable"),
+    ({**paper_claim(**NOT_CHECKABLE_BLOCK), "check": None, "profiles": ["default"]}, "has no 'check'"),
+    ({**paper_claim(not_checkable=" "), "check": None}, "must say why"),
+    ({**paper_claim(), "check": None}, "missing field(s) ['check']"),
+    ({**paper_claim(), "paper": None, "profiles": []}, "asserted at some profile"),
+])
+def test_bad_paper_claims_are_rejected(claim: dict, fragment: str) -> None:
+    claim = {k: v for k, v in claim.items() if v is not None}
+    with pytest.raises(ClaimError, match=re.escape(fragment)):
+        validate_claims({"claims": [claim]})
+
+
+def test_a_paper_claim_reads_its_block() -> None:
+    [claim] = validate_claims({"claims": [paper_claim(
+        quantity="raw stress at d = {d}", evidence="grows with d",
+        alternatives=[{"check": {"key": "sst2_sin_fit", "op": "==", "paper": "sst2_sinusoidal_stress", "rtol": 0.1},
+                       "definition": "fitted at {d}"}])]})
+    assert claim.paper.number() == reported("sst2_sinusoidal_stress")
+    assert claim.paper.reported_keys() == ["sst2_sinusoidal_stress"]
+    assert claim.keys() == ["sst2_sin_raw", "sst2_sin_fit", "d"]
+    unchecked = {k: v for k, v in paper_claim(**NOT_CHECKABLE_BLOCK).items() if k != "check"}
+    [not_checkable] = validate_claims({"claims": [unchecked]})
+    assert not_checkable.check is None and not_checkable.keys() == ["sst2_sin_raw"]
+
+
+def test_paper_claims_not_asserted_by_the_prose_are_not_checked() -> None:
+    claims = validate_claims({"claims": [paper_claim(), {**paper_claim(), "id": "asserted", "profiles": ["smoke"]}]})
+    results = check_claims({"mds_optimality": {"sst2_sin_raw": 280.0}}, "smoke", claims)
+    assert [(r.claim.id, r.passed) for r in results] == [("asserted", True)]
+
+
+def test_paper_values_by_name() -> None:
+    assert paper_value("sst2_alibi_stress") == REPORTED["sst2_alibi_stress"][0]
+    assert paper_value(" sst2_rope_stress / sst2_sinusoidal_stress ") == pytest.approx(279 / 272)
+    assert evaluate_check({"key": "k", "op": "==", "paper": "synthetic_lowrank_r"}, {"k": 3}) == (
+        True, "k = 3 == paper synthetic_lowrank_r = 3: holds")
+
+
+def test_paper_comparisons_quote_the_paper_by_name(claims: list[Claim]) -> None:
+    """A paper claim with a number either cannot be checked (and says why at length) or its check compares
+    with that number by name: no paper number is typed into a check."""
+    for claim in claims:
+        if claim.paper is None or claim.paper.value is None:
+            continue
+        if claim.paper.not_checkable:
+            assert len(claim.paper.not_checkable) > 40, claim.id
+        else:
+            assert check_paper_refs(claim.check) == [claim.paper.value], claim.id
+
+
+def test_render_leaves_a_mark_for_missing_keys() -> None:
+    assert render("{a:.2f} and {b}", {"a": 0.123}) == ("0.12 and ?", ["b"])
+    assert render("{dev_pre-trained_intact:.1f}", {"dev_pre-trained_intact": 6.12}) == ("6.1", [])
+    assert render("{s:.2f}", {"s": "none"}) == ("none", [])
+    assert render("{a}", None) == ("?", ["a"])
 
 
 def test_as_number() -> None:

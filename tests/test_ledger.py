@@ -1,22 +1,21 @@
-"""The reproduction ledger (book/ledger.yaml, posgeom_utils.repro.ledger): verdicts computed from the values,
-pending and capped runs labelled, and every row tied to keys its chapter really glues."""
+"""The reproduction ledger (the claims of book/claims.yaml with a ``paper`` block, posgeom_utils.repro.ledger):
+verdicts computed from the values by the one checker, pending and capped runs labelled, and every reported
+number of the paper covered."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
-from posgeom_utils.repro.claims import ClaimError, glued_key_patterns
-from posgeom_utils.repro.ledger import (DIFFERENT_DEFINITION, DIFFERS, MISSING, NOT_CHECKABLE, PENDING, REPRODUCED,
-                                  VERDICTS, build_ledger, load_rows, provenance_table, render, validate_rows,
-                                  verdict_counts)
+from posgeom_utils.repro.claims import (DIFFERENT_DEFINITION, DIFFERS, NOT_CHECKABLE, REPRODUCED, Claim,
+                                        load_claims, validate_claims)
+from posgeom_utils.repro.ledger import (MISSING, PENDING, build_ledger, paper_claims, provenance_table, rule_text,
+                                        verdict_counts)
 from posgeom_utils.repro.paper import REPORTED, reported
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = ROOT / "notebooks"
 
 
 def write_run(folder: Path, chapter: str, results: dict, profile: str = "default", cap: int | None = None,
@@ -32,41 +31,82 @@ def write_run(folder: Path, chapter: str, results: dict, profile: str = "default
 
 
 @pytest.fixture(scope="module")
-def rows():
-    return load_rows()
+def rows() -> list[Claim]:
+    return load_claims()
 
 
-def row_dict(**change) -> dict:
-    base = {"id": "sin", "claim": "Stress of the sinusoidal encoding", "paper": "sst2_sinusoidal_stress",
-            "chapter": "mds_optimality", "quantity": "raw stress at d = {d}", "ours": "{sst2_sin_raw:.0f}",
-            "rule": {"kind": "tolerance", "key": "sst2_sin_raw", "rtol": 0.1,
-                     "alternatives": [{"key": "sst2_sin_fit", "definition": "fitted"}]}}
-    return {**base, **change}
+def sinusoidal_claim(**change) -> Claim:
+    """A paper claim on the sinusoidal stress, with an alternative definition (``change`` replaces fields)."""
+    near = {"op": "==", "paper": "sst2_sinusoidal_stress", "rtol": 0.1}
+    base = {"id": "sin", "chapter": "mds_optimality", "statement": "Stress of the sinusoidal encoding",
+            "check": {"key": "sst2_sin_raw", **near}, "profiles": [],
+            "paper": {"value": "sst2_sinusoidal_stress", "quantity": "raw stress at d = {d}",
+                      "ours": "{sst2_sin_raw:.0f}",
+                      "alternatives": [{"check": {"key": "sst2_sin_fit", **near}, "definition": "fitted"}]}}
+    return validate_claims({"claims": [{**base, **change}]})[0]
 
 
 # --------------------------------------------------------------------------- verdicts from values
 
 def test_numeric_verdict_is_computed_and_flips_with_the_value(tmp_path: Path) -> None:
-    [row] = validate_rows({"rows": [row_dict()]})
+    claim = sinusoidal_claim()
     paper = reported("sst2_sinusoidal_stress")
     default = tmp_path / "default"
     write_run(default, "mds_optimality", {"sst2_sin_raw": paper * 1.05, "sst2_sin_fit": 0.05, "d": 384})
-    ledger = build_ledger({"default": default, "paper": tmp_path / "nothing"}, rows=[row])
+    ledger = build_ledger({"default": default, "paper": tmp_path / "nothing"}, claims=[claim])
     assert ledger.loc["sin", "verdict (default)"] == REPRODUCED
     assert ledger.loc["sin", "ours (default)"] == f"{paper * 1.05:.0f}"
     assert ledger.loc["sin", "quantity"] == "raw stress at d = 384"
+    assert ledger.loc["sin", "paper"] == "272"
+    assert ledger.loc["sin", "rule"] == "|ours - paper| <= 10% of the paper's value"
     write_run(default, "mds_optimality", {"sst2_sin_raw": paper * 1.5, "sst2_sin_fit": 0.05, "d": 384})
-    ledger = build_ledger({"default": default}, rows=[row])
+    ledger = build_ledger({"default": default}, claims=[claim])
     assert ledger.loc["sin", "verdict (default)"] == DIFFERS
-    assert "sst2_sin_raw" in ledger.loc["sin", "evidence (default)"]
+    assert "sst2_sin_raw = 408" in ledger.loc["sin", "evidence (default)"]
+    assert "sst2_sin_fit = 0.05" in ledger.loc["sin", "evidence (default)"]
     # an alternative definition within the tolerance
     write_run(default, "mds_optimality", {"sst2_sin_raw": paper * 1.5, "sst2_sin_fit": paper * 0.95, "d": 384})
-    ledger = build_ledger({"default": default}, rows=[row])
+    ledger = build_ledger({"default": default}, claims=[claim])
     assert ledger.loc["sin", "verdict (default)"] == DIFFERENT_DEFINITION
-    assert "fitted" in ledger.loc["sin", "evidence (default)"]
+    assert "(fitted)" in ledger.loc["sin", "evidence (default)"]
     # a key gone from the results is flagged, not judged
     write_run(default, "mds_optimality", {"d": 384})
-    assert build_ledger({"default": default}, rows=[row]).loc["sin", "verdict (default)"] == MISSING
+    assert build_ledger({"default": default}, claims=[claim]).loc["sin", "verdict (default)"] == MISSING
+
+
+def test_the_claims_verdict_and_definition_apply_when_its_check_holds(tmp_path: Path) -> None:
+    claim = sinusoidal_claim(paper={"value": "sst2_sinusoidal_stress", "ours": "{sst2_sin_raw:.0f}",
+                                    "verdict": DIFFERENT_DEFINITION, "definition": "at d = {d}",
+                                    "evidence": "n = {n}"})
+    write_run(tmp_path, "mds_optimality", {"sst2_sin_raw": reported("sst2_sinusoidal_stress"), "d": 384, "n": 48})
+    row = build_ledger({"default": tmp_path}, claims=[claim]).loc["sin"]
+    assert row["verdict (default)"] == DIFFERENT_DEFINITION
+    assert row["evidence (default)"].startswith("At d = 384; sst2_sin_raw = 272 == paper")
+    assert row["evidence (default)"].endswith(". N = 48.")
+
+
+def test_asserted_and_not_checkable_claims(tmp_path: Path) -> None:
+    asserted = sinusoidal_claim(id="asserted", check={"asserted": "rank == 1"},
+                                paper={"text": "proposition", "ours": "1 (asserted)"})
+    unchecked = validate_claims({"claims": [{
+        "id": "unchecked", "chapter": "mds_optimality", "statement": "s", "profiles": [],
+        "paper": {"value": "synthetic_mds_stress", "ours": "{x:.1f}", "not_checkable": "no corpus"}}]})[0]
+    plain = validate_claims({"claims": [{"id": "plain", "chapter": "mds_optimality", "statement": "s",
+                                         "check": {"key": "x", "op": ">", "value": 0}, "profiles": ["default"]}]})[0]
+    ledger = build_ledger({"default": tmp_path / "default"}, claims=[asserted, unchecked, plain])
+    assert list(ledger.index) == ["asserted", "unchecked"]
+    assert ledger.loc["asserted", "verdict (default)"] == PENDING["default"]
+    assert ledger.loc["unchecked", "verdict (default)"] == NOT_CHECKABLE
+    assert ledger.loc["unchecked", "ours (default)"] == ""
+    write_run(tmp_path / "default", "mds_optimality", {"x": 2.0})
+    ledger = build_ledger({"default": tmp_path / "default"}, claims=[asserted, unchecked])
+    assert ledger.loc["asserted", "verdict (default)"] == REPRODUCED
+    assert "its assertion held: rank == 1" in ledger.loc["asserted", "evidence (default)"]
+    assert ledger.loc["asserted", "rule"] == "asserted by the chapter: rank == 1"
+    assert ledger.loc["asserted", "paper"] == "proposition"
+    assert ledger.loc["unchecked", "ours (default)"] == "2.0"
+    assert ledger.loc["unchecked", "evidence (default)"] == "no corpus"
+    assert ledger.loc["unchecked", "rule"] == "-"
 
 
 def test_real_rows_judge_fake_results(tmp_path: Path, rows) -> None:
@@ -74,12 +114,12 @@ def test_real_rows_judge_fake_results(tmp_path: Path, rows) -> None:
     default = tmp_path / "default"
     write_run(default, "monotonicity", {"random_mean": 0.51, "random_tables": 20, "lazy_delta_lo": 0.2,
                                         "lazy_delta_hi": 0.1, "lazy_delta_drop": 0.1, "lazy_delta_seed_range": 0.02})
-    ledger = build_ledger({"default": default, "paper": tmp_path / "paper"}, rows=rows)
+    ledger = build_ledger({"default": default, "paper": tmp_path / "paper"}, claims=rows)
     assert ledger.loc["chance-violation-rate", "verdict (default)"] == REPRODUCED
     assert ledger.loc["conj5-monotonicity", "verdict (default)"] == DIFFERENT_DEFINITION
     write_run(default, "monotonicity", {"random_mean": 0.6, "random_tables": 20, "lazy_delta_lo": 0.1,
                                         "lazy_delta_hi": 0.2, "lazy_delta_drop": -0.1, "lazy_delta_seed_range": 0.02})
-    ledger = build_ledger({"default": default, "paper": tmp_path / "paper"}, rows=rows)
+    ledger = build_ledger({"default": default, "paper": tmp_path / "paper"}, claims=rows)
     assert ledger.loc["chance-violation-rate", "verdict (default)"] == DIFFERS
     assert ledger.loc["conj5-monotonicity", "verdict (default)"] == DIFFERS
     # chapters without results are pending, rows that cannot be checked say so whatever the results
@@ -94,7 +134,7 @@ def test_missing_or_empty_paper_dir_is_pending_a_gpu_run(tmp_path: Path, rows) -
                                      "acc_syn_none": 0.5, "acc_real_none": 0.5})
     (tmp_path / "empty").mkdir()
     for paper in (tmp_path / "absent", tmp_path / "empty", None):
-        ledger = build_ledger({"default": default, "paper": paper}, rows=rows)
+        ledger = build_ledger({"default": default, "paper": paper}, claims=rows)
         assert ledger.loc["thm1-necessity", "verdict (default)"] == REPRODUCED
         judged = ledger[ledger["verdict (paper)"] != NOT_CHECKABLE]
         assert (judged["verdict (paper)"] == "pending a GPU run").all()
@@ -109,13 +149,13 @@ def test_missing_or_empty_paper_dir_is_pending_a_gpu_run(tmp_path: Path, rows) -
 def test_capped_paper_run_is_labelled_not_paper_scale(tmp_path: Path, rows) -> None:
     paper = tmp_path / "paper"
     write_run(paper, "monotonicity", {"random_mean": 0.5, "random_tables": 100}, profile="paper", cap=2000)
-    ledger = build_ledger({"default": tmp_path / "default", "paper": paper}, rows=rows)
+    ledger = build_ledger({"default": tmp_path / "default", "paper": paper}, claims=rows)
     scale = ledger.loc["chance-violation-rate", "scale (paper)"]
     assert scale.startswith("capped CPU run (cap 2000)") and "not paper scale" in scale
     assert ledger.loc["chance-violation-rate", "verdict (paper)"] == REPRODUCED
     assert ledger.loc["chance-violation-rate", "verdict (default)"] == PENDING["default"]
     write_run(paper, "monotonicity", {"random_mean": 0.5, "random_tables": 100}, profile="paper")
-    ledger = build_ledger({"paper": paper}, rows=rows)
+    ledger = build_ledger({"paper": paper}, claims=rows)
     assert ledger.loc["chance-violation-rate", "scale (paper)"] == "paper profile"
     table = provenance_table({"paper": paper}, profiles=("paper",))
     assert table.loc[("paper", "monotonicity"), "scale"] == "paper profile"
@@ -124,7 +164,7 @@ def test_capped_paper_run_is_labelled_not_paper_scale(tmp_path: Path, rows) -> N
 def test_a_stand_in_profile_is_labelled(tmp_path: Path, rows) -> None:
     folder = tmp_path / "smoke"
     write_run(folder, "monotonicity", {"random_mean": 0.5, "random_tables": 5}, profile="smoke")
-    ledger = build_ledger({"default": folder}, rows=rows)
+    ledger = build_ledger({"default": folder}, claims=rows)
     assert ledger.loc["chance-violation-rate", "scale (default)"] == "smoke profile results standing in for default"
 
 
@@ -133,7 +173,7 @@ def test_provenance_columns(tmp_path: Path, rows) -> None:
     write_run(default, "monotonicity", {"random_mean": 0.5, "random_tables": 5, "model": "m (packaged)"},
               parameters={"dataset": "sst2", "other_dataset": "imdb", "split": "train", "sample_size": None,
                           "n": 48, "model_name": None})
-    row = build_ledger({"default": default}, rows=rows).loc["chance-violation-rate"]
+    row = build_ledger({"default": default}, claims=rows).loc["chance-violation-rate"]
     assert row["model (default)"] == "m (packaged)"
     assert row["data (default)"] == "sst2/imdb train, all texts, n=48"
     assert row["device (default)"] == "cpu" and row["commit (default)"] == "0123456789"
@@ -143,63 +183,25 @@ def test_provenance_columns(tmp_path: Path, rows) -> None:
 # --------------------------------------------------------------------------- the rows themselves
 
 def test_rows_cover_every_reported_number_and_the_theorems(rows) -> None:
-    used = {key for row in rows for key in row.paper_keys()}
+    ledger_rows = paper_claims(rows)
+    used = {key for claim in ledger_rows for key in claim.paper.reported_keys()}
     assert used == set(REPORTED), f"REPORTED keys without a ledger row: {set(REPORTED) - used}"
-    ids = {row.id for row in rows}
+    ids = {claim.id for claim in ledger_rows}
     for theorem in ("thm1-necessity", "thm4-separation", "obs8-minimal-parametrisation", "conj5-monotonicity",
                     "layer3-stress-peak", "separation-positive", "sinusoidal-vs-rope"):
         assert theorem in ids
-    assert any(row.id.startswith("prop5") for row in rows)
+    assert any(claim.id.startswith("prop5") for claim in ledger_rows)
 
 
-def test_every_row_names_keys_its_chapter_glues(rows) -> None:
-    missing = []
-    for row in rows:
-        source = NOTEBOOKS / f"{row.chapter}.md"
-        if not source.is_file():
-            assert row.rule["kind"] == "not_checkable" and not row.keys(), \
-                f"{row.id}: chapter {row.chapter} does not exist, so the row can only be not checkable"
-            continue
-        patterns = [p for p in glued_key_patterns(source) if len(p.pattern.replace(".+", "").replace("\\", "")) >= 2]
-        quoted = set(re.findall(r"\{glue(?::\w+)?\}`([^`:]+)", source.read_text(encoding="utf-8")))
-        missing += [f"{row.id}: {row.chapter} does not glue {key!r}" for key in row.keys()
-                    if key not in quoted and not any(p.fullmatch(key) for p in patterns)]
-    assert not missing, "\n".join(missing)
-
-
-def test_verdict_rules_are_not_typed(rows) -> None:
-    """Numeric claims get a tolerance or a check; only rows that cannot be judged from numbers are asserted or
-    not checkable, and those say why."""
-    for row in rows:
-        kind = row.rule["kind"]
-        if kind == "not_checkable":
-            assert len(row.rule["why"]) > 40, row.id
-        elif kind == "asserted":
-            assert row.rule["assertion"], row.id
-        assert row.rule.get("pass", REPRODUCED) in VERDICTS
-
-
-@pytest.mark.parametrize("change, fragment", [
-    ({"paper": "no_such_number"}, "not in posgeom_utils.repro.paper.REPORTED"),
-    ({"rule": {"kind": "guess"}}, "rule.kind"),
-    ({"rule": {"kind": "tolerance", "key": "x"}}, "rtol"),
-    ({"rule": {"kind": "tolerance", "key": "x", "rtol": 0.1, "pass": "close enough"}}, "rule.pass"),
-    ({"rule": {"kind": "tolerance", "key": "x", "rtol": 0.1, "pass": DIFFERENT_DEFINITION}}, "must say which"),
-    ({"rule": {"kind": "check", "check": {"key": "x", "op": "about", "value": 1}}}, "unknown op"),
-    ({"rule": {"kind": "not_checkable"}}, "say why"),
-    ({"rule": {"kind": "not_checkable", "why": "w", "key": "x"}}, "do not apply"),
-    ({"colour": "red"}, "unknown field"),
-    ({"paper_text": "about 0"}, "exactly one of 'paper'"),
-])
-def test_bad_rows_are_rejected(change: dict, fragment: str) -> None:
-    with pytest.raises(ClaimError, match=re.escape(fragment)):
-        validate_rows({"rows": [row_dict(**change)]})
-
-
-def test_render_leaves_a_mark_for_missing_keys() -> None:
-    assert render("{a:.2f} and {b}", {"a": 0.123}) == ("0.12 and ?", ["b"])
-    assert render("{dev_pre-trained_intact:.1f}", {"dev_pre-trained_intact": 6.12}) == ("6.1", [])
-    assert render("{s:.2f}", {"s": "none"}) == ("none", [])
+def test_rule_text_says_how_each_row_is_judged(rows) -> None:
+    by_id = {claim.id: claim for claim in paper_claims(rows)}
+    assert rule_text(by_id["sst2-sinusoidal-stress"]) == "|ours - paper| <= 10% of the paper's value"
+    assert rule_text(by_id["mds-violation-rate"]) == "|ours - paper| <= 0.03"
+    assert rule_text(by_id["lowrank-rank"]) == "|ours - paper| <= 0"
+    assert rule_text(by_id["prop5-alibi-rank1"]).startswith("asserted by the chapter: classical_mds(")
+    assert rule_text(by_id["thm4-separation"]) == (
+        "qualitative check on our keys: sep_drift_precedes, sep_start, sep_drift_contains")
+    assert rule_text(by_id["synthetic-mds-stress"]) == "-"
 
 
 # --------------------------------------------------------------------------- the page
