@@ -17,7 +17,7 @@ from posgeom_utils.repro.profiles import PROFILES, chapter_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.md"))
-SHARED_PARAMETERS = {"profile", "seed", "n", "model_name", "sample_size"}
+SHARED_PARAMETERS = {"profile", "seed", "model_name", "sample_size"}  # n only where a corpus geometry is measured
 
 
 def code_cells(nb: nbformat.NotebookNode) -> list[str]:
