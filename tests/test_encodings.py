@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.spatial.distance import cdist
 
 from posgeom_utils.encodings import (
     alibi,
@@ -35,19 +36,23 @@ def dirichlet_mu(seed: int, n: int, V: int, alpha: float = 1.0) -> np.ndarray:
     return np.random.default_rng(seed).dirichlet(np.full(V, alpha), size=n)
 
 
-def offset_profile(D: np.ndarray) -> np.ndarray:
-    """D_ij replaced by D_{0, |i - j|}: equal to D exactly when D is Toeplitz."""
-    n = D.shape[0]
-    return D[0][np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])]
+def hand_frequencies(d: int, base: float = 10000.0) -> np.ndarray:
+    """w_k = base^(-2k/d) for k = 0..d/2-1, written out here (the reference, not encodings.frequencies)."""
+    return np.array([base ** (-2.0 * k / d) for k in range(d // 2)])
 
 
 def rotation(i: int, d: int, base: float = 10000.0) -> np.ndarray:
-    """RoPE's block-diagonal rotation R_i: plane k rotated by the angle i w_k."""
+    """RoPE's block-diagonal rotation R_i, built by hand: plane k rotated by the angle i w_k."""
     R = np.zeros((d, d))
-    for k, w in enumerate(frequencies(d, base)):
+    for k, w in enumerate(hand_frequencies(d, base)):
         c, s = np.cos(i * w), np.sin(i * w)
         R[2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = [[c, -s], [s, c]]
     return R
+
+
+def euclidean(P: np.ndarray) -> np.ndarray:
+    """Pairwise distances of the rows of P by scipy (the reference, not geometry.pairwise_distances)."""
+    return cdist(P, P)
 
 
 # --------------------------------------------------------------------------- sinusoidal and RoPE
@@ -63,7 +68,7 @@ def test_sinusoidal_shape_and_values(n, d, base):
             angle = i / base ** (2 * k / d)
             assert P[i, 2 * k] == pytest.approx(np.sin(angle), abs=1e-12)
             assert P[i, 2 * k + 1] == pytest.approx(np.cos(angle), abs=1e-12)
-    np.testing.assert_allclose(frequencies(d, base), base ** (-np.arange(0, d, 2) / d), rtol=1e-12)
+    np.testing.assert_allclose(frequencies(d, base), hand_frequencies(d, base), rtol=1e-12)
     for bad_d in (3, 7):
         with pytest.raises(ValueError, match="d must be even"):
             sinusoidal(n, bad_d)
@@ -79,26 +84,36 @@ def test_sinusoidal_shape_and_values(n, d, base):
 def test_sinusoidal_distances_depend_only_on_offset(n, half_d, base):
     """||p_i - p_j||^2 = sum_k 2 (1 - cos((i - j) w_k)): the sinusoidal distance matrix is Toeplitz."""
     d = 2 * half_d
-    D = pairwise_distances(sinusoidal(n, d, base))
-    np.testing.assert_allclose(D, offset_profile(D), rtol=0, atol=1e-9)
-    m = np.arange(n)
-    expected = np.sqrt(2 * (1 - np.cos(m[:, None] * frequencies(d, base)[None, :])).sum(axis=1))
-    np.testing.assert_allclose(D[0], expected, rtol=0, atol=1e-9)
+    D = euclidean(sinusoidal(n, d, base))
+    lag = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
+    expected = np.sqrt(2 * (1 - np.cos(lag[..., None] * hand_frequencies(d, base))).sum(axis=-1))
+    np.testing.assert_allclose(D, expected, rtol=0, atol=1e-9)
 
 
 @pytest.mark.parametrize(("n", "d_head", "n_heads"), [(20, 8, 4), (50, 16, 2), (9, 2, 3)])
 def test_rope_equals_sinusoidal_per_head(n, d_head, n_heads):
-    """One RoPE head has the sinusoidal geometry; H heads scale distances by sqrt(H); and
-    (R_i q) . (R_j k) depends on i - j only (the relative-position property of RoPE).
+    """RoPE's positional geometry is the orbit R_i x of a vector x with unit norm in every plane. Built here
+    from explicit 2 x 2 rotations (any such x, one per head), the orbit has the sinusoidal distances
+    ||R_i x - R_j x||^2 = sum_k 2 (1 - cos((i - j) w_k)), H heads scale them by sqrt(H), and rope(...)
+    reproduces them; (R_i q) . (R_j k) depends on i - j only (the relative-position property of RoPE).
     """
-    np.testing.assert_array_equal(rope(n, d_head, 1), sinusoidal(n, d_head))
+    rng = np.random.default_rng(n)
+    lag = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
+    closed_form = np.sqrt(2 * (1 - np.cos(lag[..., None] * hand_frequencies(d_head))).sum(axis=-1))
+    heads = []
+    for _ in range(n_heads):
+        phase = rng.uniform(0, 2 * np.pi, size=d_head // 2)  # x: a random unit vector in every plane
+        x = np.column_stack([np.cos(phase), np.sin(phase)]).ravel()
+        heads.append(np.stack([rotation(i, d_head) @ x for i in range(n)]))
+    orbit = np.hstack(heads)
+    np.testing.assert_allclose(euclidean(heads[0]), closed_form, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(euclidean(orbit), np.sqrt(n_heads) * closed_form, rtol=0, atol=1e-9)
+    # the package: one head is the sinusoidal geometry, H heads pooled are the orbit of H heads
     R = rope(n, d_head, n_heads)
     assert R.shape == (n, d_head * n_heads)
-    one_head = pairwise_distances(sinusoidal(n, d_head))
-    np.testing.assert_allclose(pairwise_distances(R), np.sqrt(n_heads) * one_head, rtol=1e-10, atol=1e-10)
-    rng = np.random.default_rng(n)
-    for D in (hellinger_distances(dirichlet_mu(0, n, 30)), pairwise_distances(rng.normal(size=(n, 3)))):
-        assert stress(R, D, "fitted") == pytest.approx(stress(sinusoidal(n, d_head), D, "fitted"), rel=1e-9)
+    np.testing.assert_allclose(euclidean(rope(n, d_head, 1)), closed_form, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(euclidean(sinusoidal(n, d_head)), closed_form, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(euclidean(R), euclidean(orbit), rtol=0, atol=1e-9)
     # relative positions: q^T R_i^T R_j k = q^T R_{j - i} k
     q, k = rng.normal(size=d_head), rng.normal(size=d_head)
     for shift in (0, 1, 3, 7):
@@ -120,8 +135,9 @@ def test_alibi_slopes_standard_schedule():
     twelve = alibi_slopes(12)
     assert twelve.shape == (12,)
     assert np.all(twelve > 0) and np.unique(twelve).size == 12
-    np.testing.assert_allclose(twelve[:8], alibi_slopes(8), rtol=1e-12)
-    np.testing.assert_allclose(twelve[8:], alibi_slopes(16)[0::2][:4], rtol=1e-12)
+    # 12 heads: the 8-head schedule 2^-1..2^-8, then slopes 1, 3, 5, 7 of the 16-head one (2^(-h/2))
+    np.testing.assert_allclose(twelve, np.r_[2.0 ** -np.arange(1, 9), 2.0 ** (-0.5 * np.array([1, 3, 5, 7]))],
+                               rtol=1e-12)
     for bad in (0, -4, 2.0):
         with pytest.raises(ValueError, match="n_heads must be a positive integer"):
             alibi_slopes(bad)
@@ -197,21 +213,29 @@ def test_learned_embeddings_from_three_architectures(packaged_model):
 
 # --------------------------------------------------------------------------- the MDS encoding
 
+def sklearn_mds_distances(D: np.ndarray, r: int) -> np.ndarray:
+    """Distances of scikit-learn's rank-r classical MDS of D (the reference for our MDS encodings)."""
+    from sklearn.manifold import ClassicalMDS
+
+    return euclidean(ClassicalMDS(n_components=r, metric="precomputed").fit_transform(D))
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_mds_encoding_reproduces_hellinger(seed):
-    """The paper's optimal encoding: classical MDS padded to width d reproduces a Euclidean D exactly."""
+    """The paper's optimal encoding: classical MDS padded to width d reproduces a Euclidean D exactly; with
+    fewer columns it is scikit-learn's best r-dimensional classical MDS fit."""
     n = 12
     D = hellinger_distances(dirichlet_mu(seed, n, 40, alpha=0.5))
     P = mds_encoding(D, d=n + 3)
     assert P.shape == (n, n + 3)
-    assert stress(P, D) < 1e-10
+    np.testing.assert_allclose(euclidean(P), D, rtol=0, atol=1e-7)
     narrow = mds_encoding(D, d=4)  # fewer columns than the rank: the best 4-dimensional fit
     assert narrow.shape == (n, 4)
-    np.testing.assert_allclose(narrow, classical_mds(D, 4).P, atol=1e-12)
+    np.testing.assert_allclose(euclidean(narrow), sklearn_mds_distances(D, 4), rtol=0, atol=1e-8)
     two = mds_encoding(D, d=n + 3, r=2)
     assert two.shape == (n, n + 3)
     assert np.count_nonzero(np.any(two != 0, axis=0)) == 2
-    np.testing.assert_allclose(pairwise_distances(two), pairwise_distances(classical_mds(D, 2).P), atol=1e-12)
+    np.testing.assert_allclose(euclidean(two), sklearn_mds_distances(D, 2), rtol=0, atol=1e-8)
     with pytest.raises(ValueError, match="r=5 exceeds the width d=3"):
         mds_encoding(D, d=3, r=5)
     with pytest.raises(ValueError, match="d must be a positive integer"):
@@ -236,10 +260,13 @@ def test_lowrank_module_parameters_and_init():
     module = LowRankPositionalEncoding.from_mds(D, d, r)
     table = module.table().detach().numpy().astype(np.float64)
     assert table.shape == (n, d) and np.linalg.matrix_rank(table, tol=1e-6) == r
-    np.testing.assert_allclose(pairwise_distances(table), pairwise_distances(classical_mds(D, r).P), atol=1e-5)
+    B = module.B.detach().numpy().astype(np.float64)
+    np.testing.assert_allclose(B.T @ B, np.eye(r), atol=1e-6)  # orthonormal: P = A B^T keeps A's distances
+    np.testing.assert_allclose(euclidean(table), sklearn_mds_distances(D, r), atol=1e-5)
 
     x = torch.randn(2, 10, d)
-    np.testing.assert_allclose(module(x).detach().numpy(), (x + module.table()[:10]).detach().numpy(), atol=1e-7)
+    A = module.A.detach().numpy()
+    np.testing.assert_allclose(module(x).detach().numpy(), x.numpy() + (A @ B.T)[:10], atol=1e-6)
     assert tuple(module(torch.randn(2, n, d)).shape) == (2, n, d)
     with pytest.raises(ValueError, match=f"sequence length {n + 1} exceeds the encoding's n={n}"):
         module(torch.randn(2, n + 1, d))

@@ -101,6 +101,12 @@ def test_derived_mask_equals_explicit_mask(tiny_dir, tokenizer):
     assert torch.equal(model.attention_mask_for(ids), mask)
     with torch.no_grad():
         torch.testing.assert_close(model(ids), model(ids, mask), rtol=0, atol=0)
+        # brute force: each text alone, unpadded, mean of its last hidden states, then W h + b
+        W, b = model.head.weight, model.head.bias
+        for row, text in enumerate(texts):
+            alone = tokenizer(text, truncation=True, max_length=MAX_LEN, return_tensors="pt")
+            h = model.encoder(**alone).last_hidden_state[0].mean(0)
+            torch.testing.assert_close(model(ids)[row], W @ h + b, rtol=1e-5, atol=1e-5)
         # padding is invisible: more padding, same logits
         longer, _ = encode_texts(texts, tokenizer, 2 * MAX_LEN)
         torch.testing.assert_close(model(longer), model(ids), rtol=1e-5, atol=1e-6)

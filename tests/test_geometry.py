@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.spatial.distance import cdist
 
 from posgeom_utils.corpus import synthetic_mu
 from posgeom_utils.geometry import (
+    best_scale,
     check_distance_matrix,
     classical_mds,
     double_centred_gram,
@@ -141,7 +143,10 @@ def test_hellinger_is_a_metric_in_unit_interval(mu):
 @given(random_mu())
 def test_hellinger_gram_is_psd(mu):
     """Hellinger is Euclidean (d_H = ||sqrt p - sqrt q|| / sqrt 2), so B = -1/2 J D_H^2 J is PSD."""
-    B = double_centred_gram(hellinger_distances(mu))
+    D = hellinger_distances(mu)
+    n = D.shape[0]
+    J = np.eye(n) - np.ones((n, n)) / n
+    B = -0.5 * J @ D**2 @ J
     lam = np.linalg.eigvalsh(B)
     assert lam.max() >= 0
     assert lam.min() >= -1e-10 * max(lam.max(), 1e-300)
@@ -163,9 +168,9 @@ def test_full_rank_mds_has_zero_stress(mu):
     assert full.P.shape == (n, n)
     assert stress(full.P, D) < 1e-10
     # squared distances: exact at r = n; at the effective rank off by the dropped eigenvalues (< tol * top)
-    np.testing.assert_allclose(pairwise_distances(full.P) ** 2, D**2, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(cdist(full.P, full.P) ** 2, D**2, rtol=0, atol=1e-12)
     top = result.eigenvalues[0]
-    np.testing.assert_allclose(pairwise_distances(result.P) ** 2, D**2, rtol=0, atol=4 * n * result.tol * top + 1e-12)
+    np.testing.assert_allclose(cdist(result.P, result.P) ** 2, D**2, rtol=0, atol=4 * n * result.tol * top + 1e-12)
 
 
 # --------------------------------------------------------------------------- stress
@@ -209,6 +214,44 @@ def test_fitted_stress_at_most_raw(mu, d, seed):
         assert fitted <= raw_c + 1e-12  # fitted stress is the minimum over all scales
     # raw stress is a quadratic a c^2 - 2 b c + 1 in c with a > 0: it takes each value at most twice
     assert max(raw) - min(raw) > 1e-6
+
+
+def test_stress_and_best_scale_against_brute_force():
+    """Raw stress by a double loop over i < j; the fitted stress and the best scale s* by minimising
+    sum_{i<j} (s E_ij - D_ij)^2 numerically (scipy), not by the closed form the package uses."""
+    from scipy.optimize import minimize_scalar
+
+    for seed, spread in enumerate((0.05, 0.3, 3.0, 1.0)):
+        rng = np.random.default_rng(seed)
+        n = 7
+        D = hellinger_distances(dirichlet_mu(seed, n, 10))
+        P = rng.normal(scale=spread, size=(n, 1 + seed % 3))
+        E = cdist(P, P)
+        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+        denominator = sum(D[i, j] ** 2 for i, j in pairs)
+
+        def stress_at(s: float) -> float:
+            return sum((s * E[i, j] - D[i, j]) ** 2 for i, j in pairs) / denominator
+
+        optimum = minimize_scalar(stress_at, bracket=(0.0, 1.0), tol=1e-12)
+        assert stress(P, D) == pytest.approx(stress_at(1.0), rel=1e-10)
+        assert stress_of_distances(E, D) == pytest.approx(stress_at(1.0), rel=1e-10)
+        assert best_scale(E, D) == pytest.approx(optimum.x, rel=1e-6)
+        assert stress(P, D, "fitted") == pytest.approx(optimum.fun, rel=1e-8, abs=1e-14)
+        assert stress_of_distances(E, D, "fitted") == pytest.approx(optimum.fun, rel=1e-8, abs=1e-14)
+
+
+def test_pairwise_distances_and_gram_against_references():
+    """pairwise_distances equals scipy's; B = -1/2 J D^2 J of points' distances is their centred Gram matrix
+    X_c X_c^T (hand-derived), also far from the origin where a naive Gram formula loses digits."""
+    rng = np.random.default_rng(0)
+    for offset in (0.0, 1e3):
+        P = rng.normal(size=(15, 4)) + offset
+        E = pairwise_distances(P)
+        np.testing.assert_allclose(E, cdist(P, P), rtol=0, atol=1e-9 * max(1.0, offset))
+        assert np.all(np.diag(E) == 0.0) and np.array_equal(E, E.T)
+        Xc = P - P.mean(axis=0)
+        np.testing.assert_allclose(double_centred_gram(cdist(P, P)), Xc @ Xc.T, rtol=0, atol=1e-9)
 
 
 # --------------------------------------------------------------------------- SMACOF vs classical MDS
@@ -323,7 +366,6 @@ def test_effective_rank_and_negative_eigenvalues(k):
     assert result.effective_rank == k
     assert result.P.shape == (20, k)
     assert result.negative_mass < 1e-12
-    assert result.effective_rank == effective_rank(result.eigenvalues, result.tol)
     assert np.all(np.diff(result.eigenvalues) <= 0)  # decreasing
 
     wheel = classical_mds(wheel_graph_distances())
@@ -337,6 +379,7 @@ def test_effective_rank_and_negative_eigenvalues(k):
     assert random_metric.eigenvalues.min() < 0
     assert random_metric.negative_mass > 1e-3
     assert effective_rank(np.zeros(5)) == 0
+    assert effective_rank(np.array([3.0, 1.0, 2e-9, 1e-12, -2.0])) == 2  # hand count: above 1e-9 * 3
 
 
 def test_fisher_rao_vs_hellinger():
@@ -344,8 +387,14 @@ def test_fisher_rao_vs_hellinger():
     for seed in range(4):
         mu = dirichlet_mu(seed, 10, 25, alpha=0.3, sparsity=0.3 * (seed % 2))
         H, F = hellinger_distances(mu), fisher_rao_distances(mu)
-        np.testing.assert_allclose(F, 2 * np.arccos(1 - H**2), rtol=0, atol=1e-10)
-        np.testing.assert_allclose(F, 4 * np.arcsin(H / np.sqrt(2)), rtol=0, atol=1e-8)
+        # by hand: the chord ||sqrt p - sqrt q|| (scipy) and the arc angle arccos(sum sqrt(p q))
+        root = np.sqrt(mu)
+        chord = cdist(root, root)
+        angle = np.arccos(np.clip([[np.sum(np.sqrt(p * q)) for q in mu] for p in mu], -1.0, 1.0))
+        np.fill_diagonal(angle, 0.0)
+        np.testing.assert_allclose(H, chord / np.sqrt(2), rtol=0, atol=1e-10)
+        np.testing.assert_allclose(F, 2 * angle, rtol=0, atol=1e-8)
+        np.testing.assert_allclose(F, 4 * np.arcsin(chord / 2), rtol=0, atol=1e-8)  # arc from chord
         assert np.all(F >= 2 * np.sqrt(2) * H - 1e-12)
     # the ratio FR / (2 sqrt 2 d_H) = theta / (2 sin(theta / 2)) decreases to 1 like 1 + d_H^2 / 3
     p, q = dirichlet_mu(7, 2, 25)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from scipy.spatial.distance import euclidean as scipy_euclidean
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -115,24 +116,44 @@ def test_sparse_equals_dense(fmt):
     np.testing.assert_array_equal(sparse.toarray(), mu)
 
 
-def test_bhattacharyya_range():
+def by_definition(mu: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """BC_ij = sum_v sqrt(p_v q_v), d_H = ||sqrt p - sqrt q|| / sqrt 2 (scipy) and the Fisher-Rao arc
+    2 arccos(BC), pair by pair: the reference, with no use of the package's BC."""
+    n = mu.shape[0]
+    bc, dh, fr = np.zeros((n, n)), np.zeros((n, n)), np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            bc[i, j] = sum(np.sqrt(mu[i, v] * mu[j, v]) for v in range(mu.shape[1]))
+            dh[i, j] = scipy_euclidean(np.sqrt(mu[i]), np.sqrt(mu[j])) / np.sqrt(2)
+            fr[i, j] = 2 * np.arccos(min(bc[i, j], 1.0)) if i != j else 0.0  # arccos(1 - 1e-16) = 3e-8
+    return bc, dh, fr
+
+
+def test_bhattacharyya_and_hellinger_against_definitions():
+    """BC and d_H from their definitions (independently: a sum of sqrt(p q), a scipy chord), and the
+    identity d_H^2 = 1 - BC between those two independent computations."""
     mu = dirichlet_rows(7, 6, 9)
+    mu[0, :4] = 0.0  # exact zeros
+    mu[0] /= mu[0].sum()
+    bc_ref, dh_ref, _ = by_definition(mu)
+    np.testing.assert_allclose(dh_ref**2, 1 - bc_ref, rtol=0, atol=1e-12)
     bc = bhattacharyya(mu)
     assert np.all((bc >= 0) & (bc <= 1)) and np.all(np.diag(bc) == 1.0)
-    off = ~np.eye(6, dtype=bool)
-    np.testing.assert_allclose(bc[off], (np.sqrt(mu) @ np.sqrt(mu).T)[off], rtol=0, atol=1e-12)
-    np.testing.assert_allclose(hellinger_distances(mu) ** 2, 1 - bc, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(bc, bc_ref, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(hellinger_distances(mu), dh_ref, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_fisher_rao(seed):
+    """FR = 2 arccos(sum_v sqrt(p_v q_v)) from its definition; in [0, pi], pi for disjoint supports."""
     mu = dirichlet_rows(seed, 8, 15)
-    D = hellinger_distances(mu)
     F = fisher_rao_distances(mu)
-    np.testing.assert_allclose(F, 2 * np.arccos(1 - D**2), rtol=0, atol=1e-10)
+    _, dh_ref, fr_ref = by_definition(mu)
+    np.testing.assert_allclose(F, fr_ref, rtol=0, atol=1e-10)
     assert np.all((F >= 0) & (F <= np.pi))
     assert np.all(np.diag(F) == 0) and np.array_equal(F, F.T)
-    assert np.all(F >= 2 * D - 1e-12)  # the geodesic is longer than the chord sqrt(2)*||.|| = 2 d_H
+    # the arc on the unit sphere of sqrt(p) is longer than its chord ||sqrt p - sqrt q|| = sqrt 2 d_H
+    assert np.all(F >= 2 * np.sqrt(2) * dh_ref - 1e-12)
     disjoint = np.array([[1.0, 0.0], [0.0, 1.0]])
     np.testing.assert_allclose(fisher_rao_distances(disjoint), [[0, np.pi], [np.pi, 0]], atol=1e-15)
 

@@ -99,19 +99,25 @@ def test_unknown_hub_id_offline(monkeypatch, loader):
     assert "Fix:" in message and "model_name=None" in message
 
 
-def test_select_device_auto_and_cpu():
-    expected = "cuda" if torch.cuda.is_available() else "cpu"
-    assert select_device("auto").type == expected
-    assert select_device().type == expected
+def test_select_device_without_cuda(monkeypatch):
+    """No visible GPU (whatever this machine has): auto and cpu give the CPU, any cuda request is an error."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert select_device("auto") == torch.device("cpu")
+    assert select_device() == torch.device("cpu")
     assert select_device("cpu") == torch.device("cpu")
-
-
-def test_select_device_cuda_without_gpu():
-    if torch.cuda.is_available():
-        pytest.skip("a CUDA GPU is visible")
     for device in ("cuda", "cuda:0"):
         with pytest.raises(ValueError, match="no CUDA GPU"):
             select_device(device)
+
+
+def test_select_device_with_cuda(monkeypatch):
+    """A visible GPU (mocked): auto picks CUDA, an explicit index is kept, cpu stays the CPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert select_device("auto") == torch.device("cuda")
+    assert select_device() == torch.device("cuda")
+    assert select_device("cuda") == torch.device("cuda")
+    assert select_device("cuda:1") == torch.device("cuda", 1)
+    assert select_device("cpu") == torch.device("cpu")
 
 
 @pytest.mark.parametrize("bad", ["tpu", "gpu", "CPU", "mps", ""])

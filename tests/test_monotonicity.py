@@ -50,9 +50,49 @@ def test_sampled_estimate_covers_exact(kind: str) -> None:
     assert est == monotonicity_violation_rate(X, kind=kind, sample=200_000, seed=3)  # seeded
 
 
-def test_encoding_and_distance_inputs_agree() -> None:
-    X = np.random.default_rng(0).normal(size=(25, 8))
-    assert monotonicity_violation_rate(X).rate == monotonicity_violation_rate(pairwise_distances(X)).rate
+def brute_force_rate(D: np.ndarray, kind: str) -> tuple[float, int]:
+    """The violation rate by explicit loops over every comparison (ties count 1/2), and the number of them."""
+    n = D.shape[0]
+    score, total = 0.0, 0
+
+    def compare(near: float, far: float) -> float:
+        return 1.0 if near > far else 0.5 if near == far else 0.0
+
+    if kind == "triplets":  # anchor i, j and k != i with |i - j| < |i - k|
+        for i in range(n):
+            for j in range(n):
+                for k in range(n):
+                    if j != i and k != i and abs(i - j) < abs(i - k):
+                        score += compare(D[i, j], D[i, k])
+                        total += 1
+    else:  # unordered pairs (i, j), (k, l) with |i - j| < |k - l|
+        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+        for i, j in pairs:
+            for k, l in pairs:
+                if j - i < l - k:
+                    score += compare(D[i, j], D[k, l])
+                    total += 1
+    return score / total, total
+
+
+@pytest.mark.parametrize("kind", ["triplets", "pairs"])
+def test_exact_rate_against_brute_force(kind: str) -> None:
+    """Exact rates against the loops above: on small integer-valued distance matrices (many exact ties),
+    and on encodings (their distances computed by scipy)."""
+    from scipy.spatial.distance import cdist
+
+    rng = np.random.default_rng(0)
+    for n in (3, 4, 5, 7, 9, 9):
+        D = np.triu(rng.integers(1, 4, size=(n, n)).astype(float), 1)
+        D = D + D.T
+        rate, total = brute_force_rate(D, kind)
+        result = monotonicity_violation_rate(D, kind=kind, input_kind="distances")
+        assert result.exact and result.comparisons == total
+        assert result.rate == pytest.approx(rate, abs=1e-12)
+        X = rng.normal(size=(n + 3, 4))
+        rate, total = brute_force_rate(cdist(X, X), kind)
+        result = monotonicity_violation_rate(X, kind=kind)  # an encoding: distances computed inside
+        assert result.comparisons == total and result.rate == pytest.approx(rate, abs=1e-12)
 
 
 @pytest.mark.parametrize("kwargs, message", [

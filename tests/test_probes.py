@@ -33,7 +33,10 @@ def texts():
 
 
 def brute_force(model, tokenizer, texts, n):
+    """Per-position means by explicit loops, one text at a time (no padding), and the mean hidden state over
+    every token counted (the global centre), per layer."""
     sums, counts = None, np.zeros(n)
+    token_sum, tokens = 0.0, 0
     with torch.no_grad():
         for text in texts:
             enc = tokenizer(text, truncation=True, max_length=n, return_tensors="pt")
@@ -42,15 +45,18 @@ def brute_force(model, tokenizer, texts, n):
             if sums is None:
                 sums = np.zeros((h.shape[0], n, h.shape[-1]))
             L = h.shape[1]
-            sums[:, :L] += h
-            counts[:L] += 1
+            for i in range(L):
+                sums[:, i] += h[:, i]
+                counts[i] += 1
+                token_sum = token_sum + h[:, i]
+                tokens += 1
     keep = counts > 0
-    return sums[:, keep] / counts[keep][None, :, None], counts[keep].astype(np.int64)
+    return sums[:, keep] / counts[keep][None, :, None], counts[keep].astype(np.int64), token_sum / tokens
 
 
 def test_matches_brute_force(tiny_bert, tokenizer, texts):
     result = positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu")
-    expected, counts = brute_force(tiny_bert, tokenizer, texts, N)
+    expected, counts, _ = brute_force(tiny_bert, tokenizer, texts, N)
     assert isinstance(result, LayerMeans)
     assert result.means.dtype == np.float64
     assert result.means.shape == (3, N, 32)
@@ -60,7 +66,7 @@ def test_matches_brute_force(tiny_bert, tokenizer, texts):
 
 def test_positions_never_reached_are_dropped(tiny_bert, tokenizer, texts):
     result = positional_hidden_means(tiny_bert, tokenizer, texts, 64, device="cpu")
-    expected, counts = brute_force(tiny_bert, tokenizer, texts, 64)
+    expected, counts, _ = brute_force(tiny_bert, tokenizer, texts, 64)
     assert result.n == len(counts) < 64
     np.testing.assert_array_equal(result.counts, counts)
     np.testing.assert_allclose(result.means, expected, atol=1e-5, rtol=0)
@@ -74,13 +80,15 @@ def test_batch_size_does_not_change_result(tiny_bert, tokenizer, texts):
         np.testing.assert_allclose(r.means, results[0].means, atol=1e-5, rtol=0)
 
 
-def test_global_centre_has_zero_weighted_mean(tiny_bert, tokenizer, texts):
-    plain = positional_hidden_means(tiny_bert, tokenizer, texts, N, device="cpu")
-    centred = positional_hidden_means(tiny_bert, tokenizer, texts, N, device="cpu", centre="global")
-    w = centred.counts / centred.counts.sum()
-    np.testing.assert_allclose(np.einsum("i,lid->ld", w, centred.means), 0.0, atol=1e-10)
-    diff = plain.means - centred.means  # a per-layer constant shift
-    np.testing.assert_allclose(diff, np.broadcast_to(diff[:, :1], diff.shape), atol=1e-10)
+def test_global_centre_subtracts_the_mean_over_all_tokens(tiny_bert, tokenizer, texts):
+    """centre='global' against the brute force: position means minus the mean hidden state over all tokens."""
+    centred = positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu", centre="global")
+    expected, counts, token_mean = brute_force(tiny_bert, tokenizer, texts, N)
+    expected = expected - token_mean[:, None, :]
+    assert centred.centre == "global"
+    np.testing.assert_array_equal(centred.counts, counts)
+    np.testing.assert_allclose(centred.means, expected, atol=1e-5, rtol=0)
+    assert np.abs(token_mean).max() > 1e-2  # the centre is not trivially zero
 
 
 def test_bad_inputs(tiny_bert, tokenizer, texts):
@@ -110,7 +118,7 @@ def test_model_without_hidden_states(tiny_bert, tokenizer, texts):
 
 
 def test_merging_halves_equals_one_run(tiny_bert, tokenizer, texts):
-    """LayerMeans.merge of two disjoint halves equals one run over all texts; centred() equals centre='global'."""
+    """LayerMeans.merge of two disjoint halves equals one run over all texts; centred means cannot be merged."""
     whole = positional_hidden_means(tiny_bert, tokenizer, texts, n=12, batch_size=4)
     a = positional_hidden_means(tiny_bert, tokenizer, texts[:9], n=12, batch_size=4)
     b = positional_hidden_means(tiny_bert, tokenizer, texts[9:], n=12, batch_size=4)
@@ -118,7 +126,5 @@ def test_merging_halves_equals_one_run(tiny_bert, tokenizer, texts):
     k = merged.n
     assert np.allclose(merged.means, whole.means[:, :k], atol=1e-5)
     assert np.array_equal(merged.counts, whole.counts[:k])
-    glob = positional_hidden_means(tiny_bert, tokenizer, texts, n=12, batch_size=4, centre="global")
-    assert np.allclose(whole.centred().means, glob.means, atol=1e-5)
     with pytest.raises(ValueError, match="uncentred"):
-        glob.merge(a)
+        whole.centred().merge(a)
