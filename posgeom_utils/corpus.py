@@ -34,7 +34,7 @@ HUB_IDS: dict[str, tuple[str, str | None, str]] = {
 
 @dataclass
 class Corpus:
-    """A list of texts with integer labels (-1 where the split hides them)."""
+    """A list of texts with integer labels (-1 where the split hides them). Chapter: *Positions in real text*."""
 
     name: str
     split: str
@@ -50,6 +50,7 @@ class Corpus:
         """A seeded random subset of ``size`` texts (all of them when ``size`` is None or too big).
 
         The subset keeps the corpus order, so the same ``(size, seed)`` gives the same texts.
+        Chapter: every chapter that reads a corpus (first in *Positions in real text*).
         """
         if size is None:
             return self
@@ -62,7 +63,10 @@ class Corpus:
                       self.source, {**self.meta, "sample_size": int(size), "sample_seed": seed})
 
     def halves(self, seed: int = 0) -> tuple["Corpus", "Corpus"]:
-        """Two disjoint random halves (seeded), e.g. to measure the sampling noise of a statistic."""
+        """Two disjoint random halves (seeded), e.g. to measure the sampling noise of a statistic.
+
+        Chapter: *Positions in real text* (also *Low rank*, *Positions layer by layer*).
+        """
         if len(self) < 2:
             raise ValueError(f"a corpus needs at least 2 texts to be halved, it has {len(self)}")
         perm = np.random.default_rng(seed).permutation(len(self))
@@ -75,7 +79,7 @@ class Corpus:
 
     @property
     def key(self) -> dict:
-        """What identifies this corpus in a cache key."""
+        """What identifies this corpus in a cache key. Chapter: *How this book is built* (README: caches)."""
         return {"name": self.name, "split": self.split, "n_texts": len(self), **self.meta}
 
 
@@ -173,7 +177,10 @@ def _missing_message(dataset: str, why: str) -> str:
 
 
 def check_texts(texts: object, name: str = "texts") -> list[str]:
-    """Validate a non-empty sequence of strings (raises ``TypeError``/``ValueError`` naming ``name``)."""
+    """Validate a non-empty sequence of strings (raises ``TypeError``/``ValueError`` naming ``name``).
+
+    Chapter: every chapter that reads a corpus (first in *Positions in real text*).
+    """
     if isinstance(texts, Corpus):
         texts = texts.texts
     if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
@@ -193,7 +200,10 @@ SYNTHETIC_KINDS = ("stationary", "drift", "shift", "lowrank")
 
 @dataclass
 class SyntheticCorpus:
-    """Token-id sequences drawn position by position from known distributions ``mu`` (n x V)."""
+    """Token-id sequences drawn position by position from known distributions ``mu`` (n x V).
+
+    Chapter: *MDS optimality*.
+    """
 
     kind: str
     ids: np.ndarray  # (num_sequences, n) token ids
@@ -202,10 +212,12 @@ class SyntheticCorpus:
 
     @property
     def n(self) -> int:
+        """Number of positions. Chapter: *MDS optimality*."""
         return self.mu.shape[0]
 
     @property
     def V(self) -> int:
+        """Vocabulary size. Chapter: *MDS optimality*."""
         return self.mu.shape[1]
 
 

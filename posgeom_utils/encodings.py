@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .geometry import check_distance_matrix, classical_mds
+from .geometry import check_distance_matrix, classical_mds, smacof
 
 
 def _positive_int(value: object, name: str) -> int:
@@ -33,7 +33,10 @@ def _positive_int(value: object, name: str) -> int:
 
 
 def frequencies(d: int, base: float = 10000.0) -> np.ndarray:
-    """The d/2 angular frequencies w_k = base^(-2k/d) shared by sinusoidal encodings and RoPE."""
+    """The d/2 angular frequencies w_k = base^(-2k/d) shared by sinusoidal encodings and RoPE.
+
+    Chapter: *MDS optimality*.
+    """
     d = _positive_int(d, "d")
     if d % 2:
         raise ValueError(f"d must be even (sin/cos pairs, or RoPE rotation planes), got d={d}")
@@ -59,7 +62,10 @@ def rope(n: int, d_head: int, n_heads: int = 1, base: float = 10000.0) -> np.nda
 
 
 def alibi_slopes(n_heads: int) -> np.ndarray:
-    """The standard ALiBi head slopes (Press et al., 2022), including their rule for non-powers of 2."""
+    """The standard ALiBi head slopes (Press et al., 2022), including their rule for non-powers of 2.
+
+    Chapter: *MDS optimality*.
+    """
     n_heads = _positive_int(n_heads, "n_heads")
 
     def power_of_two(h: int) -> list[float]:
@@ -109,13 +115,16 @@ def mds_encoding(D: np.ndarray, d: int, r: int | None = None) -> np.ndarray:
 
 
 def random_encoding(n: int, d: int, seed: int = 0, scale: float | None = None) -> np.ndarray:
-    """A Gaussian n x d table (the baseline of an untrained learned encoding; BERT initialises with std 0.02)."""
+    """A Gaussian n x d table (the baseline of an untrained learned encoding; BERT initialises with std 0.02).
+
+    Chapter: *MDS optimality*.
+    """
     rng = np.random.default_rng(seed)
     return rng.normal(scale=0.02 if scale is None else scale, size=(_positive_int(n, "n"), _positive_int(d, "d")))
 
 
 def lowrank_parameter_count(n: int, d: int, r: int) -> int:
-    """Numbers stored by P = A B^T with A (n x r), B (d x r): r (n + d)."""
+    """Numbers stored by P = A B^T with A (n x r), B (d x r): r (n + d). Chapter: *Low rank*."""
     return r * (n + d)
 
 
@@ -141,7 +150,10 @@ def _torch_module():
 
         @classmethod
         def from_mds(cls, D: np.ndarray, d: int, r: int, scale: float = 1.0, seed: int = 0) -> "LowRankPositionalEncoding":
-            """Initialise from the rank-r classical MDS of D: A = scale U_r Lambda_r^(1/2), B orthonormal."""
+            """Initialise from the rank-r classical MDS of D: A = scale U_r Lambda_r^(1/2), B orthonormal.
+
+            Chapter: *Low rank*.
+            """
             coords = classical_mds(D, r).P * scale
             module = cls(coords.shape[0], d, r)
             gen = torch.Generator().manual_seed(seed)
@@ -151,10 +163,11 @@ def _torch_module():
             return module
 
         def table(self) -> "torch.Tensor":
-            """The n x d matrix P = A B^T."""
+            """The n x d matrix P = A B^T. Chapter: *Low rank*."""
             return self.A @ self.B.T
 
         def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+            """``x + P[:L]`` for token embeddings x of shape (batch, L, d). Chapter: *Low rank*."""
             L = x.shape[-2]
             if L > self.n:
                 raise ValueError(f"sequence length {L} exceeds the encoding's n={self.n} positions")
@@ -162,6 +175,7 @@ def _torch_module():
 
         @property
         def num_parameters(self) -> int:
+            """r (n + d), the numbers this encoding trains. Chapter: *Low rank*."""
             return lowrank_parameter_count(self.n, self.d, self.r)
 
     return LowRankPositionalEncoding
@@ -182,12 +196,11 @@ def standard_encodings(D: np.ndarray, d: int, n_heads: int, learned: np.ndarray 
     (one head and pooled), ALiBi (steepest and shallowest head, pooled), the learned table if given, and
     a random N(0, 0.02^2) table. Chapter: *MDS optimality*.
     """
-    from .geometry import smacof
-
     D = check_distance_matrix(D)
     n = D.shape[0]
+    d, n_heads = _positive_int(d, "d"), _positive_int(n_heads, "n_heads")
     if d % n_heads:
-        raise ValueError(f"d={d} must be divisible by n_heads={n_heads}")
+        raise ValueError(f"d={d} must be divisible by n_heads={n_heads}: pick n_heads dividing the width")
     d_head = d // n_heads
     mds = classical_mds(D, n)  # one eigendecomposition; every rank is a slice of it
     out: dict[str, np.ndarray] = {"MDS, full rank": mds.P[:, : max(mds.effective_rank, 1)]}

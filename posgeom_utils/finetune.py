@@ -1,7 +1,7 @@
 """Fine-tuning a pre-trained encoder as a classifier while recording its learned position table.
 
-Chapter: *Positional separation* (how the learned absolute position embeddings of a pre-trained model move
-when it is fine-tuned on a downstream task).
+Chapter: *Do distinct positions get distinct vectors?* (how the learned absolute position embeddings of a
+pre-trained model move when it is fine-tuned on a downstream task).
 
 - ``PretrainedClassifier``: a Hugging Face encoder (``transformers.AutoModel``) with a linear head on the
   mean-pooled last hidden state; ``position_table()`` reads its current learned position table.
@@ -46,7 +46,7 @@ class PretrainedClassifier(nn.Module):
     """A Hugging Face encoder with a linear classification head on the masked mean of its last hidden state.
 
     ``forward(input_ids)`` alone works (the mask is ``input_ids != pad_token_id``), which is how
-    :func:`~posgeom_utils.training.train_classifier` calls it. Chapter: *Positional separation*.
+    :func:`~posgeom_utils.training.train_classifier` calls it. Chapter: *Do distinct positions get distinct vectors?*.
     """
 
     def __init__(self, encoder: nn.Module, num_classes: int = 2, pad_token_id: int | None = None, seed: int = 0):
@@ -68,7 +68,8 @@ class PretrainedClassifier(nn.Module):
     @property
     def num_positions(self) -> int | None:
         """How many positions the model can take (rows of its learned table; ``max_position_embeddings``
-        for models without one, less the RoBERTa offset), or None if the config does not say."""
+        for models without one, less the RoBERTa offset), or None if the config does not say.
+        Chapter: *Do distinct positions get distinct vectors?*."""
         try:
             return int(learned_position_embeddings(self.encoder).shape[0])
         except ValueError:
@@ -77,17 +78,24 @@ class PretrainedClassifier(nn.Module):
 
     def position_table(self, n: int | None = None) -> np.ndarray:
         """The current learned absolute position table (positions 0..n-1, all if None) as a detached CPU
-        float64 array; ``ValueError`` if the encoder has no such table (RoPE, ALiBi, relative positions)."""
+        float64 array; ``ValueError`` if the encoder has no such table (RoPE, ALiBi, relative positions).
+        Chapter: *Do distinct positions get distinct vectors?*."""
         return learned_position_embeddings(self.encoder, n)
 
     def attention_mask_for(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """1 for real tokens, 0 for padding (all ones if the model has no pad token)."""
+        """1 for real tokens, 0 for padding (all ones if the model has no pad token).
+
+        Chapter: *Do distinct positions get distinct vectors?*.
+        """
         if self.pad_token_id is None:
             return torch.ones_like(input_ids)
         return (input_ids != self.pad_token_id).long()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (batch x num_classes) for token ids (batch x length)."""
+        """Logits (batch x num_classes) for token ids (batch x length).
+
+        Chapter: *Do distinct positions get distinct vectors?*.
+        """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (batch, length), got shape {tuple(input_ids.shape)}")
         if attention_mask is None:
@@ -108,7 +116,7 @@ class PretrainedClassifier(nn.Module):
 def encode_texts(texts: Sequence[str], tokenizer: Any, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids and attention mask (both ``LongTensor``, n x max_len) of ``texts``: special tokens kept
     (what the model saw in pre-training), truncated to and right-padded to ``max_len``.
-    Chapter: *Positional separation*."""
+    Chapter: *Do distinct positions get distinct vectors?*."""
     if not isinstance(texts, (str, bytes)) and hasattr(texts, "__len__") and len(texts) == 0:
         raise ValueError("texts is empty: pass at least one text to encode")
     texts = check_texts(texts)
@@ -161,7 +169,7 @@ def finetune(model_name: str | Path | None, texts_train: Sequence[str], y_train:
     rows (default ``max_len``) of the learned position table at step 0 and after every evaluation.
     ``record_every`` (if given) replaces ``config.eval_every``: tables are taken when the model is evaluated.
     ``device`` (if given) replaces ``config.device``. With ``config.checkpoint_dir`` an interrupted run
-    resumes (weights, history and records). Chapter: *Positional separation*.
+    resumes (weights, history and records). Chapter: *Do distinct positions get distinct vectors?*.
     """
     for values, name in ((texts_train, "texts_train"), (texts_eval, "texts_eval")):
         if not isinstance(values, (str, bytes)) and hasattr(values, "__len__") and len(values) == 0:

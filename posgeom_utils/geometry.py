@@ -14,11 +14,16 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from .settings import blas_threads
+
 ArrayLike = np.ndarray | sp.sparray | sp.spmatrix
 
 
 def check_distributions(mu: ArrayLike, name: str = "mu", atol: float = 1e-8) -> None:
-    """Raise ``ValueError`` unless ``mu`` is a 2-D array of finite, non-negative rows summing to 1."""
+    """Raise ``ValueError`` unless ``mu`` is a 2-D array of finite, non-negative rows summing to 1.
+
+    Chapter: *Positions in real text*.
+    """
     shape = getattr(mu, "shape", None)
     if shape is None or len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
         raise ValueError(f"{name} must be a 2-D (n, V) array of probability rows, got shape {shape}")
@@ -35,7 +40,10 @@ def check_distributions(mu: ArrayLike, name: str = "mu", atol: float = 1e-8) -> 
 
 
 def bhattacharyya(mu: ArrayLike, validate: bool = True) -> np.ndarray:
-    """The n x n Bhattacharyya coefficients BC_ij = sum_v sqrt(mu_iv mu_jv), in [0, 1]."""
+    """The n x n Bhattacharyya coefficients BC_ij = sum_v sqrt(mu_iv mu_jv), in [0, 1].
+
+    Chapter: *Positions in real text*.
+    """
     if validate:
         check_distributions(mu)
     if sp.issparse(mu):
@@ -75,7 +83,10 @@ def fisher_rao_distances(mu: ArrayLike, validate: bool = True) -> np.ndarray:
 # --------------------------------------------------------------------------- distance matrices
 
 def check_distance_matrix(D: np.ndarray, name: str = "D", atol: float = 1e-9) -> np.ndarray:
-    """Validate a square, symmetric, finite, non-negative matrix with zero diagonal; return it as float64."""
+    """Validate a square, symmetric, finite, non-negative matrix with zero diagonal; return it as float64.
+
+    Chapter: *MDS optimality*.
+    """
     D = np.asarray(D, dtype=np.float64)
     if D.ndim != 2 or D.shape[0] != D.shape[1] or D.shape[0] < 1:
         raise ValueError(f"{name} must be a square (n, n) distance matrix, got shape {D.shape}")
@@ -95,6 +106,7 @@ def pairwise_distances(P: np.ndarray, name: str = "P") -> np.ndarray:
     """Euclidean distances between the rows of an encoding ``P`` (n x d), exact zero diagonal.
 
     Computed from centred coordinates through the Gram matrix (one matrix product).
+    Chapter: *MDS optimality* (also *Positions layer by layer*, *Do distinct positions get distinct vectors?*).
     """
     P = np.asarray(P, dtype=np.float64)
     if P.ndim != 2 or P.shape[0] < 1:
@@ -121,15 +133,31 @@ def double_centred_gram(D: np.ndarray) -> np.ndarray:
 ABSOLUTE_EIGENVALUE_FLOOR = 1e-12
 
 
+def check_tol(tol: object, name: str = "tol") -> float:
+    """Validate a relative eigenvalue threshold 0 <= tol < 1; return it as a float. Chapter: *MDS optimality*."""
+    if (isinstance(tol, (bool, np.bool_)) or not isinstance(tol, (int, float, np.integer, np.floating))
+            or not np.isfinite(tol) or not 0 <= tol < 1):
+        raise ValueError(f"{name} must be a finite number in [0, 1) (a fraction of the largest eigenvalue), "
+                         f"got {name}={tol!r}: pass e.g. {name}=1e-9")
+    return float(tol)
+
+
 def effective_rank(eigenvalues: np.ndarray, tol: float = 1e-9) -> int:
-    """Number of eigenvalues above ``tol`` times the largest one; 0 when the largest is rounding error."""
+    """Number of eigenvalues above ``tol`` times the largest one; 0 when the largest is rounding error.
+
+    Chapter: *MDS optimality*.
+    """
     lam = np.asarray(eigenvalues, dtype=np.float64)
+    if not np.all(np.isfinite(lam)):
+        raise ValueError("eigenvalues contain NaN or inf: the matrix they came from was not finite; "
+                         "check the distances (check_distance_matrix) before decomposing")
+    tol = check_tol(tol)
     top = lam.max(initial=0.0)
     return int(np.sum(lam > tol * top)) if top > ABSOLUTE_EIGENVALUE_FLOOR else 0
 
 
 def check_rank(r: object, n: int, name: str = "r") -> int:
-    """Validate an embedding dimension 1 <= r <= n."""
+    """Validate an embedding dimension 1 <= r <= n. Chapter: *MDS optimality*."""
     if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 1 <= r <= n:
         raise ValueError(f"{name} must be an integer in [1, n={n}], got {r!r}")
     return int(r)
@@ -137,7 +165,7 @@ def check_rank(r: object, n: int, name: str = "r") -> int:
 
 @dataclass
 class MDSResult:
-    """Classical MDS of a distance matrix: coordinates and the full spectrum of B."""
+    """Classical MDS of a distance matrix: coordinates and the full spectrum of B. Chapter: *MDS optimality*."""
 
     P: np.ndarray  # (n, r) coordinates, columns in decreasing eigenvalue order
     eigenvalues: np.ndarray  # all n eigenvalues of B, decreasing (negative ones included)
@@ -146,11 +174,15 @@ class MDSResult:
 
     @property
     def r(self) -> int:
+        """The number of coordinates kept (columns of ``P``). Chapter: *Low rank*."""
         return self.P.shape[1]
 
     @property
     def negative_mass(self) -> float:
-        """Sum of |negative eigenvalues| over sum of |eigenvalues|: 0 when D is Euclidean."""
+        """Sum of |negative eigenvalues| over sum of |eigenvalues|: 0 when D is Euclidean.
+
+        Chapter: *MDS optimality*.
+        """
         lam = self.eigenvalues
         total = np.abs(lam).sum()
         return float(np.abs(lam[lam < 0]).sum() / total) if total > 0 else 0.0
@@ -162,13 +194,12 @@ def classical_mds(D: np.ndarray, r: int | None = None, tol: float = 1e-9) -> MDS
     ``r=None`` keeps every eigenvalue above ``tol`` times the largest (the effective rank). Directions
     with non-positive eigenvalues get zero coordinates. Chapter: *MDS optimality*.
     """
+    tol = check_tol(tol)
     B = double_centred_gram(D)
     n = B.shape[0]
     if r is not None:
         check_rank(r, n)
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(1, user_api="blas"):  # a 2-thread eigh of this size stalls on a busy 2-core machine
+    with blas_threads():  # the thread count is configuration: POSGEOM_BLAS_THREADS (settings)
         lam, U = np.linalg.eigh(B)
     lam, U = lam[::-1], U[:, ::-1]
     rank = effective_rank(lam, tol)
@@ -195,9 +226,24 @@ def stress(P: np.ndarray, D: np.ndarray, scale: str = "raw") -> float:
 
 
 def stress_of_distances(E: np.ndarray, D: np.ndarray, scale: str = "raw") -> float:
-    """Normalised stress of a distance matrix ``E`` against ``D`` (for encodings given as distances)."""
+    """Normalised stress of a distance matrix ``E`` against ``D`` (for encodings given as distances).
+
+    Both must be square matrices of the same shape; only their upper triangles are read.
+    Chapter: *MDS optimality*.
+    """
+    E, D = np.asarray(E, dtype=np.float64), np.asarray(D, dtype=np.float64)
+    for name, M in (("E", E), ("D", D)):
+        if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] < 1:
+            raise ValueError(f"{name} must be a square (n, n) distance matrix, got shape {M.shape}: pass "
+                             f"pairwise distances, e.g. pairwise_distances(P) for an encoding P")
+    if E.shape != D.shape:
+        raise ValueError(f"E and D must have the same shape (one row and column per position), got {E.shape} "
+                         f"and {D.shape}: compare distances over the same n positions")
     iu = np.triu_indices(D.shape[0], 1)
-    e, t = np.asarray(E)[iu], np.asarray(D)[iu]
+    e, t = E[iu], D[iu]
+    if not (np.all(np.isfinite(e)) and np.all(np.isfinite(t))):
+        raise ValueError(f"{'E' if not np.all(np.isfinite(e)) else 'D'} contains NaN or inf: "
+                         f"stress needs finite distances")
     denom = float(t @ t)
     if denom == 0:
         raise ValueError("D is all zeros: stress is undefined (every position has the same distribution)")
@@ -210,7 +256,7 @@ def stress_of_distances(E: np.ndarray, D: np.ndarray, scale: str = "raw") -> flo
 
 
 def best_scale(E: np.ndarray, D: np.ndarray) -> float:
-    """The factor s* minimising sum_{i<j} (s E_ij - D_ij)^2."""
+    """The factor s* minimising sum_{i<j} (s E_ij - D_ij)^2. Chapter: *MDS optimality*."""
     iu = np.triu_indices(np.asarray(D).shape[0], 1)
     e, t = np.asarray(E)[iu], np.asarray(D)[iu]
     return float(e @ t / (e @ e)) if float(e @ e) > 0 else 0.0
@@ -237,7 +283,7 @@ def smacof(D: np.ndarray, r: int, init: np.ndarray | None = None, max_iter: int 
 
 
 def is_circulant(D: np.ndarray, atol: float = 1e-10) -> bool:
-    """True when D_ij depends only on (j - i) mod n."""
+    """True when D_ij depends only on (j - i) mod n. Chapter: *MDS optimality*."""
     D = np.asarray(D)
     n = D.shape[0]
     idx = (np.arange(n)[None, :] - np.arange(n)[:, None]) % n
@@ -248,7 +294,10 @@ def is_circulant(D: np.ndarray, atol: float = 1e-10) -> bool:
 
 @dataclass
 class ViolationRate:
-    """How often distances disagree with sequence distance (see :func:`monotonicity_violation_rate`)."""
+    """How often distances disagree with sequence distance (see :func:`monotonicity_violation_rate`).
+
+    Chapter: *Monotonicity*.
+    """
 
     rate: float
     comparisons: int  # comparisons counted (exact) or sampled
@@ -345,19 +394,36 @@ def linear_cka(X: np.ndarray, Y: np.ndarray) -> float:
 
     ``CKA = ||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F)`` with column-centred ``Xc``, ``Yc``: 1 for
     representations equal up to an orthogonal map, a translation and a global scale, 0 for orthogonal
-    (unrelated) Gram matrices. The widths may differ. Chapter: *Layer-wise geometry*.
+    (unrelated) Gram matrices. The widths may differ. Never NaN: a non-finite input or a representation
+    whose rows are all equal (zero variance, up to rounding) raises ``ValueError``.
+    Chapter: *Positions layer by layer*.
     """
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
     if X.ndim != 2 or Y.ndim != 2 or X.shape[0] != Y.shape[0] or X.shape[0] < 2:
         raise ValueError(f"X and Y must be (n, d) and (n, d') with the same n >= 2, got {X.shape} and {Y.shape}")
+    for name, M in (("X", X), ("Y", Y)):
+        if not np.all(np.isfinite(M)):
+            raise ValueError(f"{name} contains NaN or inf: linear_cka needs finite representations "
+                             f"(check the hidden states or means it came from)")
     Xc, Yc = X - X.mean(0), Y - Y.mean(0)
+    for name, M, Mc in (("X", X, Xc), ("Y", Y, Yc)):
+        # all rows equal: centring leaves only rounding noise (~eps max|M|), and CKA would be 0/0 or noise
+        if np.abs(Mc).max() <= _ZERO_VARIANCE * np.abs(M).max():
+            raise ValueError(f"CKA is undefined for a representation with all rows equal (zero variance): "
+                             f"{name} has the same row at every one of its {M.shape[0]} points")
     # Gram-matrix form (n x n): cheaper than d x d' when n < d, as for positions
     Kx, Ky = Xc @ Xc.T, Yc @ Yc.T
     denom = np.linalg.norm(Kx) * np.linalg.norm(Ky)
-    if denom == 0:
-        raise ValueError("CKA is undefined for a representation with all rows equal (zero variance)")
-    return float(np.sum(Kx * Ky) / denom)
+    value = float(np.sum(Kx * Ky) / denom) if denom > 0 else float("nan")
+    if not np.isfinite(value):  # underflow or overflow of the Gram matrices: rescale the inputs
+        raise ValueError(f"CKA is not finite for X and Y (their Gram matrices under- or overflow, norms "
+                         f"{np.linalg.norm(Xc):.3g} and {np.linalg.norm(Yc):.3g}): rescale X and Y")
+    return value
+
+
+#: max |centred| / max |M| at or below this: the rows are equal up to rounding (CKA undefined)
+_ZERO_VARIANCE = 1e-12
 
 
 def tie_robust(x: np.ndarray, digits: int = 9) -> np.ndarray:

@@ -47,7 +47,10 @@ ALIGNMENTS = ("start", "end")
 
 @dataclass
 class PositionalMarginals:
-    """Token counts per position and what is needed to turn them into distributions ``mu``."""
+    """Token counts per position and what is needed to turn them into distributions ``mu``.
+
+    Chapter: *Positions in real text*.
+    """
 
     counts: sp.csr_array  # (n, V) int64: how often token v stands at position i
     support: np.ndarray  # (n,) int64: how many sequences reach position i
@@ -56,20 +59,28 @@ class PositionalMarginals:
 
     @property
     def n(self) -> int:
+        """Number of positions. Chapter: *Positions in real text*."""
         return self.counts.shape[0]
 
     @property
     def V(self) -> int:
+        """Vocabulary size. Chapter: *Positions in real text*."""
         return self.counts.shape[1]
 
     @property
     def num_sequences(self) -> int:
+        """How many sequences were counted. Chapter: *Positions in real text*."""
         return int(self.length_hist.sum())
 
     def mu(self, smoothing: float = 0.0) -> np.ndarray:
-        """The dense n x V matrix of distributions; ``smoothing`` adds that pseudo-count to every cell."""
-        if smoothing < 0:
-            raise ValueError(f"smoothing must be >= 0, got {smoothing}")
+        """The dense n x V matrix of distributions; ``smoothing`` adds that pseudo-count to every cell.
+
+        Chapter: *Positions in real text*.
+        """
+        if (isinstance(smoothing, (bool, np.bool_)) or not isinstance(smoothing, (int, float, np.integer, np.floating))
+                or not np.isfinite(smoothing) or smoothing < 0):
+            raise ValueError(f"smoothing must be a finite number >= 0, got smoothing={smoothing!r}: pass 0 "
+                             f"(plain frequencies) or a small pseudo-count such as 0.5")
         empty = np.flatnonzero(self.support == 0)
         if empty.size and smoothing == 0:
             raise ValueError(
@@ -82,7 +93,10 @@ class PositionalMarginals:
         return dense / (self.support[:, None] + smoothing * self.V)
 
     def truncate(self, n: int | None = None, min_count: int | None = None) -> "PositionalMarginals":
-        """Keep the first ``n`` positions, and/or those reached by at least ``min_count`` sequences."""
+        """Keep the first ``n`` positions, and/or those reached by at least ``min_count`` sequences.
+
+        Chapter: *Positions in real text*.
+        """
         keep = self.n if n is None else min(_check_n(n), self.n)
         if min_count is not None:
             if min_count < 1:
@@ -95,7 +109,14 @@ class PositionalMarginals:
         return PositionalMarginals(self.counts[:keep], self.support[:keep].copy(), self.length_hist, params)
 
     def entropy(self, base: float = 2.0) -> np.ndarray:
-        """Shannon entropy of each mu_i (bits by default), from the sparse counts."""
+        """Shannon entropy of each mu_i (bits by default), from the sparse counts.
+
+        Chapter: *Positions in real text*.
+        """
+        if (isinstance(base, (bool, np.bool_)) or not isinstance(base, (int, float, np.integer, np.floating))
+                or not np.isfinite(base) or base <= 0 or base == 1):
+            raise ValueError(f"base must be a finite number > 0 and != 1 (the logarithm's base), got base={base!r}: "
+                             f"pass 2 (bits) or math.e (nats)")
         c = self.counts
         rows = np.repeat(np.arange(self.n), np.diff(c.indptr))
         p = c.data / np.maximum(self.support[rows], 1)
@@ -103,16 +124,21 @@ class PositionalMarginals:
         return h / np.log(base)
 
     def top_tokens(self, i: int, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids and probabilities of the ``k`` most frequent tokens at position ``i``."""
+        """Token ids and probabilities of the ``k`` most frequent tokens at position ``i``.
+
+        Chapter: *Positions in real text*.
+        """
         if not 0 <= i < self.n:
             raise ValueError(f"position i must be in [0, {self.n - 1}], got {i}")
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be a positive integer (how many tokens to list), got k={k!r}: pass e.g. k=5")
         row = self.counts[[i]]
         order = np.argsort(-row.data, kind="stable")[:k]
         return row.indices[order], row.data[order] / max(int(self.support[i]), 1)
 
     # ----------------------------------------------------------------- persistence
     def save(self, path: Path) -> Path:
-        """Write atomically to ``path`` (an ``.npz``)."""
+        """Write atomically to ``path`` (an ``.npz``). Chapter: *How this book is built* (README: caches)."""
         c = self.counts
 
         def write(tmp: Path) -> None:
@@ -125,6 +151,7 @@ class PositionalMarginals:
 
     @classmethod
     def load(cls, path: Path) -> "PositionalMarginals":
+        """Read what :meth:`save` wrote. Chapter: *How this book is built* (README: caches)."""
         with np.load(path, allow_pickle=False) as z:
             counts = sp.csr_array((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
             return cls(counts, z["support"], z["length_hist"], json.loads(str(z["params"])))
@@ -137,7 +164,10 @@ def _check_n(n: object) -> int:
 
 
 def special_template(tokenizer: Any) -> tuple[list[int], list[int]]:
-    """The special tokens the tokenizer puts before and after a text, e.g. ``([CLS]], [SEP]])`` for BERT."""
+    """The special tokens the tokenizer puts before and after a text, e.g. ``([CLS]], [SEP]])`` for BERT.
+
+    Chapter: *Positions in real text*.
+    """
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
     full = tokenizer("a", add_special_tokens=True)["input_ids"]
     for k in range(len(full) - len(plain) + 1):
@@ -254,7 +284,10 @@ def _tokenizer_fingerprint(tokenizer: Any) -> str:
 
 
 def texts_fingerprint(texts: Sequence[str]) -> str:
-    """A content hash of a list of texts (length-prefixed, so no two different lists collide by joining)."""
+    """A content hash of a list of texts (length-prefixed, so no two different lists collide by joining).
+
+    Chapter: *How this book is built* (README: caches).
+    """
     h = hashlib.sha256()
     for text in texts:
         b = text.encode("utf-8")

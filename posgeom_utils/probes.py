@@ -1,6 +1,6 @@
 """Per-layer, per-position means of an encoder's hidden states over a corpus.
 
-Chapter: *Layer-wise geometry*.
+Chapter: *Positions layer by layer*.
 
 For every layer ``l`` (``0`` = the embeddings output, then one per transformer block) and position ``i``,
 ``means[l, i]`` is the average hidden state at position ``i`` over the sequences that reach it (padding is
@@ -26,7 +26,10 @@ CENTRES = ("none", "global")
 
 @dataclass
 class LayerMeans:
-    """Mean hidden state per layer and position: ``means`` is ``(layers + 1, n', d)`` float64."""
+    """Mean hidden state per layer and position: ``means`` is ``(layers + 1, n', d)`` float64.
+
+    Chapter: *Positions layer by layer*.
+    """
 
     means: np.ndarray  # (layers + 1, n', d): layer 0 = embeddings output
     counts: np.ndarray  # (n',) int64: how many sequences reach each kept position
@@ -35,19 +38,22 @@ class LayerMeans:
 
     @property
     def num_layers(self) -> int:
-        """Number of hidden-state layers, embeddings output included."""
+        """Number of hidden-state layers, embeddings output included. Chapter: *Positions layer by layer*."""
         return self.means.shape[0]
 
     @property
     def n(self) -> int:
-        """Number of positions kept (those reached by at least one sequence)."""
+        """Number of positions kept (those reached by at least one sequence).
+
+        Chapter: *Positions layer by layer*.
+        """
         return self.means.shape[1]
 
     def merge(self, other: "LayerMeans") -> "LayerMeans":
         """The means over both runs' texts (count-weighted), on the positions both reach.
 
         Both must be uncentred (``centre="none"``): probe disjoint parts of a corpus separately (for a
-        stability check, or on several machines) and merge them. Chapter: *Layer-wise geometry*.
+        stability check, or on several machines) and merge them. Chapter: *Positions layer by layer*.
         """
         if self.centre != "none" or other.centre != "none":
             raise ValueError("merge needs uncentred means: probe with centre='none', then call centred()")
@@ -62,7 +68,10 @@ class LayerMeans:
         return LayerMeans(means=means, counts=total, centre="none", params=params)
 
     def centred(self) -> "LayerMeans":
-        """A copy with each layer's count-weighted mean over positions subtracted (``centre="global"``)."""
+        """A copy with each layer's count-weighted mean over positions subtracted (``centre="global"``).
+
+        Chapter: *Positions layer by layer*.
+        """
         if self.centre == "global":
             return self
         weights = self.counts / self.counts.sum()
@@ -86,7 +95,7 @@ def positional_hidden_means(model: Any, tokenizer: Any, texts: Corpus | Sequence
     Positions that no sequence reaches are dropped (``counts`` says how many sequences reach each kept
     one). ``centre="global"`` subtracts, per layer, the mean over positions weighted by ``counts`` (the
     mean hidden state over all tokens), so each layer's count-weighted position mean is zero;
-    ``"none"`` leaves the means as they are. Chapter: *Layer-wise geometry*.
+    ``"none"`` leaves the means as they are. Chapter: *Positions layer by layer*.
     """
     import torch
 

@@ -1,55 +1,102 @@
-"""Where things live and how chatty the helpers are (environment variables, one place).
+"""Where things live, how chatty the helpers are and how many threads they use (environment variables, one place).
 
 Chapter: *How this book is built* (README) and every chapter's set-up cell.
 
-=====================  ===========================================================
-variable               meaning
-=====================  ===========================================================
-``POSGEOM_DATA_DIR``   folder laid out like ``shared/data`` (``sst2/*.tsv``,
-                       ``imdb/*.jsonl.gz``); used when no ``data_dir`` is passed
-``POSGEOM_CACHE_DIR``  where computed marginals and other results are cached
-                       (default ``~/.cache/posgeom``)
-``POSGEOM_PROGRESS``   ``0`` silences every progress bar (tests, nbval)
-=====================  ===========================================================
+========================  ========================================================
+variable                  meaning
+========================  ========================================================
+``POSGEOM_DATA_DIR``      folder laid out like ``shared/data`` (``sst2/*.tsv``,
+                          ``imdb/*.jsonl.gz``); used when no ``data_dir`` is passed
+``POSGEOM_CACHE_DIR``     where computed marginals and other results are cached
+                          (default ``~/.cache/posgeom``)
+``POSGEOM_PROGRESS``      ``0`` silences every progress bar (tests, nbval)
+``POSGEOM_BLAS_THREADS``  BLAS threads for the dense eigendecomposition of
+                          :func:`~posgeom_utils.geometry.classical_mds`; default
+                          ``1`` (a 2-thread ``eigh`` of the book's sizes stalls on a
+                          busy 2-core machine); ``0`` or ``default`` leaves the BLAS
+                          library's own thread count. Results agree to rounding.
+========================  ========================================================
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from tqdm.auto import tqdm
 
 DATA_ENV = "POSGEOM_DATA_DIR"
 CACHE_ENV = "POSGEOM_CACHE_DIR"
 PROGRESS_ENV = "POSGEOM_PROGRESS"
+BLAS_THREADS_ENV = "POSGEOM_BLAS_THREADS"
+#: BLAS threads when ``POSGEOM_BLAS_THREADS`` is unset (the 2-core machines this book is built on)
+DEFAULT_BLAS_THREADS = 1
 
 
 def cache_dir() -> Path:
-    """The on-disk cache folder (created on demand)."""
+    """The on-disk cache folder (created on demand). Chapter: *How this book is built* (README)."""
     path = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "posgeom")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def progress_enabled() -> bool:
-    """False when ``POSGEOM_PROGRESS=0`` (or ``TQDM_DISABLE`` is set)."""
+    """False when ``POSGEOM_PROGRESS=0`` (or ``TQDM_DISABLE`` is set). Chapter: every chapter (progress bars)."""
     if os.environ.get("TQDM_DISABLE"):
         return False
     return os.environ.get(PROGRESS_ENV, "1") not in {"0", "false", "False", "no"}
 
 
 def progress(iterable: Iterable[Any] | None = None, **kwargs: Any) -> tqdm:
-    """A tqdm bar that obeys ``POSGEOM_PROGRESS`` (chapter: *Positions in real text*)."""
+    """A tqdm bar that obeys ``POSGEOM_PROGRESS``. Chapter: every chapter (first in *Positions in real text*)."""
     kwargs.setdefault("disable", not progress_enabled())
     kwargs.setdefault("leave", False)
     return tqdm(iterable, **kwargs)
 
 
 def hub_offline() -> bool:
-    """True when the Hugging Face libraries were told to stay offline."""
+    """True when the Hugging Face libraries were told to stay offline.
+
+    Chapter: *How this book is built* (README: offline builds).
+    """
     return any(
         os.environ.get(v, "0") not in {"0", "", "false", "False"}
         for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
     )
+
+
+def blas_thread_limit() -> int | None:
+    """BLAS threads from ``POSGEOM_BLAS_THREADS``: an integer >= 1, ``None`` for the library's default
+    (``0`` or ``default``), :data:`DEFAULT_BLAS_THREADS` when unset. Chapter: *How this book is built* (README).
+    """
+    value = os.environ.get(BLAS_THREADS_ENV, "").strip()
+    if not value:
+        return DEFAULT_BLAS_THREADS
+    if value.lower() in {"0", "default", "none"}:
+        return None
+    try:
+        threads = int(value)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise ValueError(f"{BLAS_THREADS_ENV}={value!r} is not a thread count: set it to an integer >= 1, "
+                         f"or to 0 / 'default' for the BLAS library's own choice")
+    return threads
+
+
+@contextlib.contextmanager
+def blas_threads() -> Iterator[None]:
+    """Limit BLAS to :func:`blas_thread_limit` threads inside the block (nothing when that is ``None``).
+
+    Chapter: *How this book is built* (README); used by :func:`~posgeom_utils.geometry.classical_mds`.
+    """
+    limit = blas_thread_limit()
+    if limit is None:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limit, user_api="blas"):
+        yield

@@ -11,12 +11,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .corpus import Corpus, check_texts
+from .corpus import Corpus, check_texts, synthetic_corpus
 
 
 @dataclass
 class TokenTask:
-    """Padded token ids (pad = 0) over a compact vocabulary, with labels and a train/eval split."""
+    """Padded token ids (pad = 0) over a compact vocabulary, with labels and a train/eval split.
+
+    Chapter: *Low rank* (also *Why a Transformer needs positions*, *Monotonicity*).
+    """
 
     X_train: torch.Tensor
     y_train: torch.Tensor
@@ -27,8 +30,31 @@ class TokenTask:
     description: str
 
 
+def _check_fraction(eval_fraction: object) -> float:
+    if (isinstance(eval_fraction, (bool, np.bool_))
+            or not isinstance(eval_fraction, (int, float, np.integer, np.floating))
+            or not np.isfinite(eval_fraction) or not 0 < eval_fraction < 1):
+        raise ValueError(f"eval_fraction must be a number strictly between 0 and 1 (the share of examples held "
+                         f"out for evaluation), got eval_fraction={eval_fraction!r}: pass e.g. 0.25")
+    return float(eval_fraction)
+
+
+def _split_point(count: int, eval_fraction: object, what: str) -> int:
+    """Index where the train part of ``count`` examples ends (as ``int(count * (1 - eval_fraction))``);
+    ``ValueError`` when the train or the eval part would be empty."""
+    split = int(count * (1 - _check_fraction(eval_fraction)))
+    if split < 1 or split >= count:
+        raise ValueError(f"eval_fraction={eval_fraction!r} leaves an empty {'train' if split < 1 else 'eval'} "
+                         f"split for {count} {what}: pass an eval_fraction that keeps at least one example on "
+                         f"each side, or more examples")
+    return split
+
+
 def padded_ids(texts: Corpus | list[str], tokenizer: Any, max_len: int) -> np.ndarray:
-    """Token ids of each text without special tokens, truncated to ``max_len`` and right-padded with 0."""
+    """Token ids of each text without special tokens, truncated to ``max_len`` and right-padded with 0.
+
+    Chapter: *Low rank*.
+    """
     texts = check_texts(texts)
     ids = tokenizer(texts, add_special_tokens=False, truncation=True, max_length=max_len, padding="max_length",
                     return_tensors="np")["input_ids"].astype(np.int64)
@@ -37,7 +63,10 @@ def padded_ids(texts: Corpus | list[str], tokenizer: Any, max_len: int) -> np.nd
 
 
 def shuffle_within(ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Permute the real tokens of every row at random (vectorised), leaving padding (-1) at the end."""
+    """Permute the real tokens of every row at random (vectorised), leaving padding (-1) at the end.
+
+    Chapter: *Low rank* (also *Positions layer by layer*).
+    """
     keys = rng.random(ids.shape)
     keys[ids < 0] = np.inf
     return np.take_along_axis(ids, np.argsort(keys, axis=1), axis=1)
@@ -52,6 +81,7 @@ def order_task(corpus: Corpus, tokenizer: Any, max_len: int = 32, min_len: int =
     """
     if not 2 <= min_len <= max_len:
         raise ValueError(f"need 2 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+    _check_fraction(eval_fraction)
     rng = np.random.default_rng(seed)
     ids = padded_ids(corpus, tokenizer, max_len)
     ids = ids[(ids >= 0).sum(1) >= min_len]
@@ -71,7 +101,7 @@ def order_task(corpus: Corpus, tokenizer: Any, max_len: int = 32, min_len: int =
     if vocab[0] != -1:  # no padding at all: shift so that 0 stays reserved for padding
         X = X + 1
     order = rng.permutation(len(X))
-    split = int(len(X) * (1 - eval_fraction))
+    split = _split_point(len(X), eval_fraction, "texts")
     tr, ev = order[:split], order[split:]
     t = lambda a: torch.as_tensor(a)  # noqa: E731
     return TokenTask(t(X[tr]), t(y[tr]), t(X[ev]), t(y[ev]), int(X.max()) + 1, max_len,
@@ -90,14 +120,13 @@ def planted_task(task: str = "precedes", L: int = 16, V: int = 32, num_sequences
     ``a``. The other tokens come from :func:`~posgeom_utils.corpus.synthetic_corpus` with kind
     ``background`` (``stationary``: the same distribution at every position; ``drift``: non-stationary).
     Ids are shifted by one so that 0 stays the padding id (there is no padding here).
-    Chapter: *Necessity*, *Positional separation*.
+    Chapter: *Why a Transformer needs positions*, *Do distinct positions get distinct vectors?*.
     """
-    from .corpus import synthetic_corpus
-
     if task not in PLANTED_TASKS:
         raise ValueError(f"task must be one of {PLANTED_TASKS}, got {task!r}")
     if L < 2:
         raise ValueError(f"L must be >= 2 (two markers), got {L}")
+    split = _split_point(num_sequences, eval_fraction, "num_sequences")
     rng = np.random.default_rng(seed)
     X = synthetic_corpus(background, n=L, V=V, num_sequences=num_sequences, seed=seed).ids + 1
     a, b = V + 1, V + 2
@@ -110,7 +139,6 @@ def planted_task(task: str = "precedes", L: int = 16, V: int = 32, num_sequences
     else:
         y = (rng.random(num_sequences) < 0.5).astype(np.int64)
         X[rows, first] = np.where(y == 1, a, b)
-    split = int(num_sequences * (1 - eval_fraction))
     t = lambda arr: torch.as_tensor(arr)  # noqa: E731
     return TokenTask(t(X[:split]), t(y[:split]), t(X[split:]), t(y[split:]), V + 3, L,
                      f"planted '{task}' task on a {background} background (L={L}, V={V})")
@@ -144,9 +172,7 @@ def masked_task(ids: np.ndarray, V: int, mask_rate: float = 0.15, eval_fraction:
     masked[np.arange(len(ids)), rng.integers(0, ids.shape[1], len(ids))] = True
     X = np.where(masked, 1, shifted)
     y = np.where(masked, shifted, -100)
-    split = int(len(ids) * (1 - eval_fraction))
-    if split < 1 or split >= len(ids):
-        raise ValueError(f"eval_fraction={eval_fraction} leaves an empty train or eval split for {len(ids)} sequences")
+    split = _split_point(len(ids), eval_fraction, "sequences")
     t = lambda arr: torch.as_tensor(arr)  # noqa: E731
     return TokenTask(t(X[:split]), t(y[:split]), t(X[split:]), t(y[split:]), V + 2, ids.shape[1],
                      f"masked-language modelling (mask rate {mask_rate}, L={ids.shape[1]}, V={V})")

@@ -9,6 +9,7 @@ as an uninterrupted one.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -26,7 +27,7 @@ from .settings import progress
 
 @dataclass
 class TrainConfig:
-    """What a training run needs besides the model and the data."""
+    """What a training run needs besides the model and the data. Chapter: *Low rank*."""
 
     steps: int = 300
     batch_size: int = 64
@@ -52,15 +53,21 @@ class TrainConfig:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.optimizer not in ("adamw", "sgd"):
             raise ValueError(f"optimizer must be 'adamw' or 'sgd', got {self.optimizer!r}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if not _is_number(self.lr) or not math.isfinite(self.lr) or self.lr <= 0:
+            raise ValueError(f"lr must be a finite number > 0, got lr={self.lr!r}: pass e.g. lr=1e-3")
+        if not _is_number(self.weight_decay) or not math.isfinite(self.weight_decay) or self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be a finite number >= 0, got weight_decay={self.weight_decay!r}: "
+                             f"pass e.g. weight_decay=0.0 (none) or 0.01")
+
+
+def _is_number(value: object) -> bool:
+    """A real number (int, float or NumPy scalar), not a bool."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
 @dataclass
 class History:
-    """Metrics recorded during training (one entry per evaluation)."""
+    """Metrics recorded during training (one entry per evaluation). Chapter: *Low rank*."""
 
     step: list[int] = field(default_factory=list)
     train_loss: list[float] = field(default_factory=list)
@@ -68,6 +75,7 @@ class History:
     eval_accuracy: list[float] = field(default_factory=list)
 
     def final_accuracy(self) -> float:
+        """The last evaluation accuracy (NaN before any evaluation). Chapter: *Low rank*."""
         return self.eval_accuracy[-1] if self.eval_accuracy else float("nan")
 
 
@@ -76,7 +84,7 @@ def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch_size: int
     """Mean cross-entropy and accuracy of a classifier on (X, y); the model's train/eval mode is kept.
 
     Token-level targets (``y`` of shape (batch, L), ``-100`` = not scored, as for masked-language
-    modelling) are averaged over the scored tokens.
+    modelling) are averaged over the scored tokens. Chapter: *Low rank*.
     """
     if len(X) == 0 or len(X) != len(y):
         raise ValueError(f"X and y must be non-empty and of equal length, got {len(X)} and {len(y)}")

@@ -33,7 +33,8 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention with optional RoPE and ALiBi."""
+    """Multi-head self-attention with optional RoPE and ALiBi. Chapter: *Low rank* (and *MDS optimality* for
+    RoPE and ALiBi as geometries)."""
 
     def __init__(self, d: int, n_heads: int, max_len: int, rope: bool = False, alibi: bool = False,
                  causal: bool = False, dropout: float = 0.0):
@@ -54,6 +55,7 @@ class SelfAttention(nn.Module):
             self.register_buffer("bias", -slopes[:, None, None] * distance[None], persistent=False)
 
     def forward(self, x: torch.Tensor, pad_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Attend over x (batch, L, d); ``pad_mask`` (batch, L) is True at padding keys. Chapter: *Low rank*."""
         B, L, d = x.shape
         q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
         if self.rope:
@@ -74,7 +76,7 @@ class SelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm Transformer block."""
+    """Pre-LayerNorm Transformer block. Chapter: *Low rank*."""
 
     def __init__(self, d: int, n_heads: int, d_ff: int, max_len: int, rope: bool, alibi: bool, causal: bool,
                  dropout: float):
@@ -84,6 +86,7 @@ class Block(nn.Module):
         self.ff = nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d), nn.Dropout(dropout))
 
     def forward(self, x: torch.Tensor, pad_mask: torch.Tensor | None) -> torch.Tensor:
+        """x + attention, then + feed-forward, each on the layer-normed input. Chapter: *Low rank*."""
         x = x + self.attn(self.ln1(x), pad_mask)
         return x + self.ff(self.ln2(x))
 
@@ -148,13 +151,19 @@ class PositionalTransformer(nn.Module):
         self.head = nn.Linear(d, num_classes if task == "classify" else vocab_size)
 
     def positional_table(self) -> torch.Tensor | None:
-        """The additive n x d table (None for none/rope/alibi), for recording during training."""
+        """The additive n x d table (None for none/rope/alibi), for recording during training.
+
+        Chapter: *Low rank*.
+        """
         if self.position is not None:
             return self.position.table()
         return getattr(self, "pos_table", None)
 
     def positional_parameters(self) -> int:
-        """Trainable numbers in the positional mechanism (n d learned, r (n + d) low-rank, else 0)."""
+        """Trainable numbers in the positional mechanism (n d learned, r (n + d) low-rank, else 0).
+
+        Chapter: *Low rank*.
+        """
         if self.positional == "learned":
             return self.pos_table.numel()
         if self.position is not None:
@@ -162,9 +171,18 @@ class PositionalTransformer(nn.Module):
         return 0
 
     def hidden_states(self, ids: torch.Tensor) -> torch.Tensor:
-        """The last layer's states (batch, L, d) for token ids (batch, L); ``pad_id`` marks padding."""
+        """The last layer's states (batch, L, d) for token ids (batch, L); ``pad_id`` marks padding.
+
+        Ids must lie in ``[0, vocab_size)``. Chapter: *Low rank*.
+        """
         if ids.dim() != 2:
             raise ValueError(f"ids must be (batch, length), got shape {tuple(ids.shape)}")
+        if ids.numel():  # one min/max over the batch, not a per-token check
+            low, high = (int(v) for v in torch.aminmax(ids))
+            vocab = self.embed.num_embeddings
+            if low < 0 or high >= vocab:
+                raise ValueError(f"ids must be token ids in [0, vocab_size={vocab}), got values in [{low}, {high}]: "
+                                 f"build the model with vocab_size > the largest id (e.g. TokenTask.vocab_size)")
         L = ids.shape[1]
         if L > self.max_len:
             raise ValueError(f"sequence length {L} exceeds max_len={self.max_len} of the positional encoding")
@@ -178,6 +196,7 @@ class PositionalTransformer(nn.Module):
         return self.ln(x)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Logits: (batch, num_classes) for ``classify``, (batch, L, vocab_size) for ``mlm``. Chapter: *Low rank*."""
         h = self.hidden_states(ids)
         if self.task == "mlm":
             return self.head(h)
@@ -187,12 +206,15 @@ class PositionalTransformer(nn.Module):
 
 
 def count_parameters(model: nn.Module) -> int:
-    """Trainable parameters of a model."""
+    """Trainable parameters of a model. Chapter: *Low rank*."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 def describe(model: PositionalTransformer) -> dict[str, Any]:
-    """A small summary for tables: positional mechanism, its parameters, total parameters."""
+    """A small summary for tables: positional mechanism, its parameters, total parameters.
+
+    Chapter: *Low rank*.
+    """
     return {"positional": model.positional, "positional parameters": model.positional_parameters(),
             "parameters": count_parameters(model), "d": model.embed.embedding_dim,
             "layers": len(model.blocks), "max_len": model.max_len}

@@ -242,7 +242,7 @@ def _run_stress(args: argparse.Namespace) -> int:
     from ..encodings import mds_encoding, sinusoidal
     from ..geometry import classical_mds, hellinger_distances, monotonicity_violation_rate, pairwise_distances
     from ..marginals import positional_marginals
-    from ..models import config_int, load_config, load_tokenizer, model_label
+    from ..models import config_int, load_config, load_tokenizer, model_label, position_table_size, positional_mechanism
 
     if args.n < 3:
         raise UsageError(f"--n must be at least 3 (got {args.n}): distances and monotonicity need 3 positions; "
@@ -260,11 +260,24 @@ def _run_stress(args: argparse.Namespace) -> int:
         config = load_config(args.model)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"--model {args.model!r}: {exc}") from exc
-
     try:
-        marg = positional_marginals(corpus, tokenizer, args.n, special_tokens=args.policy, min_count=args.min_count)
+        learned = positional_mechanism(config).kind == "learned"
+    except ValueError as exc:
+        raise UsageError(f"--model {args.model!r}: {exc}") from exc
+    table = position_table_size(config)
+    absolute = getattr(config, "position_embedding_type", "absolute") in (None, "absolute")
+    if learned and absolute and table is not None and args.n > table:
+        raise UsageError(f"--n {args.n} exceeds the {table} positions of the model's learned position table "
+                         f"(max_position_embeddings): pass --n {table} or less")
+
+    try:  # min_count=1 here, the real --min-count below: its errors then name the right option
+        marg = positional_marginals(corpus, tokenizer, args.n, special_tokens=args.policy, min_count=1)
     except ValueError as exc:
         raise UsageError(f"--n/--policy: {exc}") from exc
+    try:
+        marg = marg.truncate(min_count=args.min_count)
+    except ValueError as exc:
+        raise UsageError(f"--min-count {args.min_count}: {exc}") from exc
     n = marg.n
     if n < 3:
         raise UsageError(
