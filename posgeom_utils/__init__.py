@@ -1,9 +1,12 @@
-"""posgeom_utils: the helper package of *The Geometry of Positional Encodings*, an executable book.
+"""posgeom_utils: the helper package of *The Geometry of Positional Encodings*, an
+executable book.
 
 Each public function's docstring names the chapter that explains it. Modules:
 
-- :mod:`~posgeom_utils.corpus`: SST-2 / IMDB loading (local files or the hub) and synthetic corpora
-- :mod:`~posgeom_utils.models`: tokenizers and pre-trained models by id or path; device selection
+- :mod:`~posgeom_utils.corpus`: SST-2 / IMDB loading (local files or the hub) and
+  synthetic corpora
+- :mod:`~posgeom_utils.models`: tokenizers and pre-trained models by id or path; device
+  selection
 - :mod:`~posgeom_utils.marginals`: the positional token distributions mu_i of a corpus
 - :mod:`~posgeom_utils.geometry`: Hellinger / Fisher-Rao distances between positions
 - :mod:`~posgeom_utils.plotting`: the book's figure style
@@ -19,8 +22,20 @@ from .seeding import seed_everything
 __version__ = "0.1.0"
 
 __all__ = [
-    "Corpus", "SyntheticCorpus", "load_corpus", "synthetic_corpus", "synthetic_mu",
-    "bhattacharyya", "fisher_rao_distances", "hellinger_distances",
-    "PositionalMarginals", "marginals_from_ids", "positional_marginals",
-    "load_model", "load_tokenizer", "resolve_model", "select_device", "seed_everything",
+    "Corpus",
+    "SyntheticCorpus",
+    "load_corpus",
+    "synthetic_corpus",
+    "synthetic_mu",
+    "bhattacharyya",
+    "fisher_rao_distances",
+    "hellinger_distances",
+    "PositionalMarginals",
+    "marginals_from_ids",
+    "positional_marginals",
+    "load_model",
+    "load_tokenizer",
+    "resolve_model",
+    "select_device",
+    "seed_everything",
 ]

@@ -1,4 +1,5 @@
-"""Content-addressed, atomically written cache entries and JSON files (``marginals``, ``posgeom run``, results)."""
+"""Content-addressed, atomically written cache entries and JSON files (``marginals``,
+``posgeom run``, results)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def cache_key(**parts: Any) -> str:
 
 
 def cache_path(kind: str, key: str, suffix: str) -> Path:
-    """Where the entry ``kind/key.suffix`` lives under :func:`~posgeom_utils.settings.cache_dir`.
+    """Where the entry ``kind/key.suffix`` lives under
+    :func:`~posgeom_utils.settings.cache_dir`.
 
     Chapter: *How this book is built* (README: caches).
     """
@@ -32,14 +34,18 @@ def cache_path(kind: str, key: str, suffix: str) -> Path:
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place.
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into
+    place.
 
-    A reader never sees a half-written file; an interrupted write leaves the old entry (or none).
-    Chapter: *How this book is built* (README: caches, checkpoints and results).
+    A reader never sees a half-written file; an interrupted write leaves the old entry
+    (or none). Chapter: *How this book is built* (README: caches, checkpoints and
+    results).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix or ".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}.", suffix=path.suffix or ".tmp", dir=path.parent
+    )
     os.close(fd)
     try:
         write(Path(tmp))
@@ -60,7 +66,8 @@ def write_json(path: Path, data: Any) -> Path:
 
 
 def read_json(path: Path) -> dict | None:
-    """The JSON object in ``path``; ``None`` when the file is missing, unreadable or not an object.
+    """The JSON object in ``path``; ``None`` when the file is missing, unreadable or not
+    an object.
 
     Chapter: *How this book is built* (README: results).
     """

@@ -1,19 +1,23 @@
-"""Positional encodings as matrices (or, where they are not additive vectors, as distance matrices).
+"""Positional encodings as matrices (or, where they are not additive vectors, as
+distance matrices).
 
 Chapter: *MDS optimality* (each construction is derived there) and *Low rank*.
 
-- ``sinusoidal(n, d)``: Vaswani et al. (2017), rows p_i with p_i[2k] = sin(i w_k), p_i[2k+1] = cos(i w_k),
-  w_k = base^(-2k/d).
-- ``rope(n, d_head, n_heads)``: RoPE rotates each 2-D plane k of a query/key by the angle i w_k. Its
-  positional geometry is the orbit R_i x of a vector x; for x with unit norm in every plane (the isotropic
-  average gives the same squared distances) ||R_i x - R_j x||^2 = sum_k 2 (1 - cos((i - j) w_k)): the
-  sinusoidal geometry with the head's frequencies w_k = base^(-2k/d_head). Every head shares them, so
-  pooling heads multiplies distances by sqrt(n_heads).
-- ``alibi_slopes(n_heads)`` / ``alibi(n, slope)``: ALiBi adds -m_h |i - j| to the attention logits; as a
-  geometry that is the distance m_h |i - j|, realised exactly by the rank-1 encoding p_i = m_h i.
-- learned absolute tables of pre-trained models are read by :func:`posgeom_utils.models.learned_position_embeddings`.
-- ``mds_encoding(D, d)`` and ``LowRankPositionalEncoding``: the paper's optimal encoding and its
-  r(n + d)-parameter factorisation P = A B^T.
+- ``sinusoidal(n, d)``: Vaswani et al. (2017), rows p_i with p_i[2k] = sin(i w_k),
+  p_i[2k+1] = cos(i w_k), w_k = base^(-2k/d).
+- ``rope(n, d_head, n_heads)``: RoPE rotates each 2-D plane k of a query/key by the
+  angle i w_k. Its positional geometry is the orbit R_i x of a vector x; for x with unit
+  norm in every plane (the isotropic average gives the same squared distances)
+  ||R_i x - R_j x||^2 = sum_k 2 (1 - cos((i - j) w_k)): the sinusoidal geometry with
+  the head's frequencies w_k = base^(-2k/d_head). Every head shares them, so pooling
+  heads multiplies distances by sqrt(n_heads).
+- ``alibi_slopes(n_heads)`` / ``alibi(n, slope)``: ALiBi adds -m_h |i - j| to the
+  attention logits; as a geometry that is the distance m_h |i - j|, realised exactly by
+  the rank-1 encoding p_i = m_h i.
+- learned absolute tables of pre-trained models are read by
+  :func:`posgeom_utils.models.learned_position_embeddings`.
+- ``mds_encoding(D, d)`` and ``LowRankPositionalEncoding``: the paper's optimal encoding
+  and its r(n + d)-parameter factorisation P = A B^T.
 """
 
 from __future__ import annotations
@@ -33,18 +37,22 @@ def _positive_int(value: object, name: str) -> int:
 
 
 def frequencies(d: int, base: float = 10000.0) -> np.ndarray:
-    """The d/2 angular frequencies w_k = base^(-2k/d) shared by sinusoidal encodings and RoPE.
+    """The d/2 angular frequencies w_k = base^(-2k/d) shared by sinusoidal encodings and
+    RoPE.
 
     Chapter: *MDS optimality*.
     """
     d = _positive_int(d, "d")
     if d % 2:
-        raise ValueError(f"d must be even (sin/cos pairs, or RoPE rotation planes), got d={d}")
+        raise ValueError(
+            f"d must be even (sin/cos pairs, or RoPE rotation planes), got d={d}"
+        )
     return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
 
 
 def sinusoidal(n: int, d: int, base: float = 10000.0) -> np.ndarray:
-    """The n x d sinusoidal encoding (interleaved sin, cos). Chapter: *MDS optimality*."""
+    """The n x d sinusoidal encoding (interleaved sin, cos).
+    Chapter: *MDS optimality*."""
     n = _positive_int(n, "n")
     angles = np.arange(n, dtype=np.float64)[:, None] * frequencies(d, base)[None, :]
     P = np.empty((n, d))
@@ -53,16 +61,19 @@ def sinusoidal(n: int, d: int, base: float = 10000.0) -> np.ndarray:
 
 
 def rope(n: int, d_head: int, n_heads: int = 1, base: float = 10000.0) -> np.ndarray:
-    """RoPE's positional geometry as an n x (d_head n_heads) matrix: the orbit R_i x, x of unit norm per plane.
+    """RoPE's positional geometry as an n x (d_head n_heads) matrix: the orbit R_i x, x
+    of unit norm per plane.
 
-    Distances depend on i - j only; one head equals ``sinusoidal(n, d_head, base)``. Chapter: *MDS optimality*.
+    Distances depend on i - j only; one head equals ``sinusoidal(n, d_head, base)``.
+    Chapter: *MDS optimality*.
     """
     n_heads = _positive_int(n_heads, "n_heads")
     return np.tile(sinusoidal(n, d_head, base), (1, n_heads))
 
 
 def alibi_slopes(n_heads: int) -> np.ndarray:
-    """The standard ALiBi head slopes (Press et al., 2022), including their rule for non-powers of 2.
+    """The standard ALiBi head slopes (Press et al., 2022), including their rule for
+    non-powers of 2.
 
     Chapter: *MDS optimality*.
     """
@@ -80,9 +91,11 @@ def alibi_slopes(n_heads: int) -> np.ndarray:
 
 
 def alibi(n: int, slope: float | np.ndarray = 1.0) -> np.ndarray:
-    """ALiBi as an encoding: p_i = slope * i (one column per slope). Distances: |i - j| sqrt(sum slope^2).
+    """ALiBi as an encoding: p_i = slope * i (one column per slope). Distances:
+    |i - j| sqrt(sum slope^2).
 
-    A scalar slope gives one head; an array of slopes pools heads (still rank 1). Chapter: *MDS optimality*.
+    A scalar slope gives one head; an array of slopes pools heads (still rank 1).
+    Chapter: *MDS optimality*.
     """
     n = _positive_int(n, "n")
     slopes = np.atleast_1d(np.asarray(slope, dtype=np.float64))
@@ -92,20 +105,32 @@ def alibi(n: int, slope: float | np.ndarray = 1.0) -> np.ndarray:
 
 
 __all__ = [
-    "frequencies", "sinusoidal", "rope", "alibi_slopes", "alibi",
-    "mds_encoding", "random_encoding", "lowrank_parameter_count", "LowRankPositionalEncoding",
+    "frequencies",
+    "sinusoidal",
+    "rope",
+    "alibi_slopes",
+    "alibi",
+    "mds_encoding",
+    "random_encoding",
+    "lowrank_parameter_count",
+    "LowRankPositionalEncoding",
 ]
 
 
-
 def mds_encoding(D: np.ndarray, d: int, r: int | None = None) -> np.ndarray:
-    """The paper's optimal encoding: classical MDS of D in rank ``r`` (default: all it needs, at most d),
-    padded with zero columns to width d. Chapter: *MDS optimality*.
+    """The paper's optimal encoding: classical MDS of D in rank ``r`` (default: all it
+    needs, at most d), padded with zero columns to width d. Chapter: *MDS optimality*.
     """
     D = check_distance_matrix(D)
     d = _positive_int(d, "d")
-    result = classical_mds(D, D.shape[0])  # one eigendecomposition; every rank is a slice of it
-    k = min(result.effective_rank or 1, d, D.shape[0]) if r is None else _positive_int(r, "r")
+    result = classical_mds(
+        D, D.shape[0]
+    )  # one eigendecomposition; every rank is a slice of it
+    k = (
+        min(result.effective_rank or 1, d, D.shape[0])
+        if r is None
+        else _positive_int(r, "r")
+    )
     if k > d:
         raise ValueError(f"r={k} exceeds the width d={d}")
     if k > D.shape[0]:
@@ -114,17 +139,24 @@ def mds_encoding(D: np.ndarray, d: int, r: int | None = None) -> np.ndarray:
     return np.hstack([P, np.zeros((P.shape[0], d - k))])
 
 
-def random_encoding(n: int, d: int, seed: int = 0, scale: float | None = None) -> np.ndarray:
-    """A Gaussian n x d table (the baseline of an untrained learned encoding; BERT initialises with std 0.02).
+def random_encoding(
+    n: int, d: int, seed: int = 0, scale: float | None = None
+) -> np.ndarray:
+    """A Gaussian n x d table (the baseline of an untrained learned encoding; BERT
+    initialises with std 0.02).
 
     Chapter: *MDS optimality*.
     """
     rng = np.random.default_rng(seed)
-    return rng.normal(scale=0.02 if scale is None else scale, size=(_positive_int(n, "n"), _positive_int(d, "d")))
+    return rng.normal(
+        scale=0.02 if scale is None else scale,
+        size=(_positive_int(n, "n"), _positive_int(d, "d")),
+    )
 
 
 def lowrank_parameter_count(n: int, d: int, r: int) -> int:
-    """Numbers stored by P = A B^T with A (n x r), B (d x r): r (n + d). Chapter: *Low rank*."""
+    """Numbers stored by P = A B^T with A (n x r), B (d x r): r (n + d).
+    Chapter: *Low rank*."""
     return r * (n + d)
 
 
@@ -134,14 +166,20 @@ def _torch_module():
     from torch import nn
 
     class LowRankPositionalEncoding(nn.Module):
-        """A trainable positional table P = A B^T with r (n + d) parameters. Chapter: *Low rank*.
+        """A trainable positional table P = A B^T with r (n + d) parameters.
+        Chapter: *Low rank*.
 
-        ``forward(x)`` adds P[:L] to a batch of token embeddings x of shape (batch, L, d).
+        ``forward(x)`` adds P[:L] to a batch of token embeddings x of shape
+        (batch, L, d).
         """
 
         def __init__(self, n: int, d: int, r: int, init_std: float = 0.02):
             super().__init__()
-            n, d, r = _positive_int(n, "n"), _positive_int(d, "d"), _positive_int(r, "r")
+            n, d, r = (
+                _positive_int(n, "n"),
+                _positive_int(d, "d"),
+                _positive_int(r, "r"),
+            )
             if r > min(n, d):
                 raise ValueError(f"r={r} must be at most min(n, d) = {min(n, d)}")
             self.n, self.d, self.r = n, d, r
@@ -149,8 +187,11 @@ def _torch_module():
             self.B = nn.Parameter(torch.linalg.qr(torch.randn(d, r))[0])
 
         @classmethod
-        def from_mds(cls, D: np.ndarray, d: int, r: int, scale: float = 1.0, seed: int = 0) -> "LowRankPositionalEncoding":
-            """Initialise from the rank-r classical MDS of D: A = scale U_r Lambda_r^(1/2), B orthonormal.
+        def from_mds(
+            cls, D: np.ndarray, d: int, r: int, scale: float = 1.0, seed: int = 0
+        ) -> "LowRankPositionalEncoding":
+            """Initialise from the rank-r classical MDS of D:
+            A = scale U_r Lambda_r^(1/2), B orthonormal.
 
             Chapter: *Low rank*.
             """
@@ -167,10 +208,13 @@ def _torch_module():
             return self.A @ self.B.T
 
         def forward(self, x: "torch.Tensor") -> "torch.Tensor":
-            """``x + P[:L]`` for token embeddings x of shape (batch, L, d). Chapter: *Low rank*."""
+            """``x + P[:L]`` for token embeddings x of shape (batch, L, d).
+            Chapter: *Low rank*."""
             L = x.shape[-2]
             if L > self.n:
-                raise ValueError(f"sequence length {L} exceeds the encoding's n={self.n} positions")
+                raise ValueError(
+                    f"sequence length {L} exceeds the encoding's n={self.n} positions"
+                )
             return x + self.table()[:L]
 
         @property
@@ -187,23 +231,37 @@ def __getattr__(name: str) -> Any:  # torch is imported only when the module is 
     raise AttributeError(name)
 
 
-def standard_encodings(D: np.ndarray, d: int, n_heads: int, learned: np.ndarray | None = None,
-                       ranks: tuple[int, ...] = (1, 2, 3, 8, 32), smacof_ranks: tuple[int, ...] = (2, 8),
-                       base: float = 10000.0, seed: int = 0) -> dict[str, np.ndarray]:
-    """Every encoding the book compares, for n = len(D) positions and width d (``n_heads`` heads).
+def standard_encodings(
+    D: np.ndarray,
+    d: int,
+    n_heads: int,
+    learned: np.ndarray | None = None,
+    ranks: tuple[int, ...] = (1, 2, 3, 8, 32),
+    smacof_ranks: tuple[int, ...] = (2, 8),
+    base: float = 10000.0,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """Every encoding the book compares, for n = len(D) positions and width d
+    (``n_heads`` heads).
 
-    MDS at full rank and at each r in ``ranks`` (< n), SMACOF at ``smacof_ranks``, sinusoidal (d), RoPE
-    (one head and pooled), ALiBi (steepest and shallowest head, pooled), the learned table if given, and
-    a random N(0, 0.02^2) table. Chapter: *MDS optimality*.
+    MDS at full rank and at each r in ``ranks`` (< n), SMACOF at ``smacof_ranks``,
+    sinusoidal (d), RoPE (one head and pooled), ALiBi (steepest and shallowest head,
+    pooled), the learned table if given, and a random N(0, 0.02^2) table.
+    Chapter: *MDS optimality*.
     """
     D = check_distance_matrix(D)
     n = D.shape[0]
     d, n_heads = _positive_int(d, "d"), _positive_int(n_heads, "n_heads")
     if d % n_heads:
-        raise ValueError(f"d={d} must be divisible by n_heads={n_heads}: pick n_heads dividing the width")
+        raise ValueError(
+            f"d={d} must be divisible by n_heads={n_heads}: pick n_heads dividing the "
+            "width"
+        )
     d_head = d // n_heads
     mds = classical_mds(D, n)  # one eigendecomposition; every rank is a slice of it
-    out: dict[str, np.ndarray] = {"MDS, full rank": mds.P[:, : max(mds.effective_rank, 1)]}
+    out: dict[str, np.ndarray] = {
+        "MDS, full rank": mds.P[:, : max(mds.effective_rank, 1)]
+    }
     for r in ranks:
         if r < n:
             out[f"MDS, r = {r}"] = mds.P[:, :r]

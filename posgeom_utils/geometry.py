@@ -1,10 +1,13 @@
-"""The Hellinger geometry of positions, classical and metric MDS, and the stress of an encoding.
+"""The Hellinger geometry of positions, classical and metric MDS, and the stress of an
+encoding.
 
-Chapter: *Positions in real text* (affinities between neighbouring positions) and *MDS optimality*.
+Chapter: *Positions in real text* (affinities between neighbouring positions) and
+*MDS optimality*.
 
-With the 1/sqrt(2) convention, d_H(p, q) = ||sqrt(p) - sqrt(q)|| / sqrt(2) = sqrt(1 - BC(p, q)), where
-BC(p, q) = sum_v sqrt(p_v q_v) is the Bhattacharyya coefficient, so values lie in [0, 1]. All n^2
-coefficients come from one matrix product sqrt(mu) sqrt(mu)^T (sparse when mu is sparse).
+With the 1/sqrt(2) convention, d_H(p, q) = ||sqrt(p) - sqrt(q)|| / sqrt(2) =
+sqrt(1 - BC(p, q)), where BC(p, q) = sum_v sqrt(p_v q_v) is the Bhattacharyya
+coefficient, so values lie in [0, 1]. All n^2 coefficients come from one matrix product
+sqrt(mu) sqrt(mu)^T (sparse when mu is sparse).
 """
 
 from __future__ import annotations
@@ -20,23 +23,32 @@ ArrayLike = np.ndarray | sp.sparray | sp.spmatrix
 
 
 def check_distributions(mu: ArrayLike, name: str = "mu", atol: float = 1e-8) -> None:
-    """Raise ``ValueError`` unless ``mu`` is a 2-D array of finite, non-negative rows summing to 1.
+    """Raise ``ValueError`` unless ``mu`` is a 2-D array of finite, non-negative rows
+    summing to 1.
 
     Chapter: *Positions in real text*.
     """
     shape = getattr(mu, "shape", None)
     if shape is None or len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
-        raise ValueError(f"{name} must be a 2-D (n, V) array of probability rows, got shape {shape}")
+        raise ValueError(
+            f"{name} must be a 2-D (n, V) array of probability rows, got shape {shape}"
+        )
     values = mu.data if sp.issparse(mu) else np.asarray(mu)
     if not np.all(np.isfinite(values)):
-        raise ValueError(f"{name} contains NaN or inf: every row must be a probability vector")
+        raise ValueError(
+            f"{name} contains NaN or inf: every row must be a probability vector"
+        )
     if np.any(values < 0):
-        raise ValueError(f"{name} has negative entries: every row must be a probability vector")
+        raise ValueError(
+            f"{name} has negative entries: every row must be a probability vector"
+        )
     sums = np.asarray(mu.sum(axis=1)).ravel()
     bad = np.flatnonzero(np.abs(sums - 1) > atol * max(1, shape[1]) ** 0.5)
     if bad.size:
-        raise ValueError(f"{name} row {bad[0]} sums to {sums[bad[0]]:.6g}, not 1: normalise the rows "
-                         f"(PositionalMarginals.mu() does) before computing distances")
+        raise ValueError(
+            f"{name} row {bad[0]} sums to {sums[bad[0]]:.6g}, not 1: normalise the "
+            "rows (PositionalMarginals.mu() does) before computing distances"
+        )
 
 
 def bhattacharyya(mu: ArrayLike, validate: bool = True) -> np.ndarray:
@@ -54,14 +66,17 @@ def bhattacharyya(mu: ArrayLike, validate: bool = True) -> np.ndarray:
         root = np.sqrt(np.asarray(mu, dtype=np.float64))
         bc = root @ root.T
     norms = np.sqrt(np.clip(np.diag(bc), np.finfo(float).tiny, None))
-    bc = bc / np.outer(norms, norms)  # rows summing to 1 +- rounding: identical rows give exactly 1
+    bc = bc / np.outer(
+        norms, norms
+    )  # rows summing to 1 +- rounding: identical rows give exactly 1
     bc = np.clip((bc + bc.T) / 2, 0.0, 1.0)
     np.fill_diagonal(bc, 1.0)
     return bc
 
 
 def hellinger_distances(mu: ArrayLike, validate: bool = True) -> np.ndarray:
-    """The n x n Hellinger matrix D_H of the rows of ``mu`` (values in [0, 1], exact zero diagonal).
+    """The n x n Hellinger matrix D_H of the rows of ``mu`` (values in [0, 1], exact
+    zero diagonal).
 
     Chapter: *MDS optimality*.
     """
@@ -71,7 +86,8 @@ def hellinger_distances(mu: ArrayLike, validate: bool = True) -> np.ndarray:
 
 
 def fisher_rao_distances(mu: ArrayLike, validate: bool = True) -> np.ndarray:
-    """The Fisher-Rao geodesic distances 2 arccos(BC_ij) on the probability simplex (values in [0, pi]).
+    """The Fisher-Rao geodesic distances 2 arccos(BC_ij) on the probability simplex
+    (values in [0, pi]).
 
     Chapter: *MDS optimality*.
     """
@@ -80,33 +96,45 @@ def fisher_rao_distances(mu: ArrayLike, validate: bool = True) -> np.ndarray:
     return D
 
 
-# --------------------------------------------------------------------------- distance matrices
+# -------------------------------------------------------------------- distance matrices
 
-def check_distance_matrix(D: np.ndarray, name: str = "D", atol: float = 1e-9) -> np.ndarray:
-    """Validate a square, symmetric, finite, non-negative matrix with zero diagonal; return it as float64.
+
+def check_distance_matrix(
+    D: np.ndarray, name: str = "D", atol: float = 1e-9
+) -> np.ndarray:
+    """Validate a square, symmetric, finite, non-negative matrix with zero diagonal;
+    return it as float64.
 
     Chapter: *MDS optimality*.
     """
     D = np.asarray(D, dtype=np.float64)
     if D.ndim != 2 or D.shape[0] != D.shape[1] or D.shape[0] < 1:
-        raise ValueError(f"{name} must be a square (n, n) distance matrix, got shape {D.shape}")
+        raise ValueError(
+            f"{name} must be a square (n, n) distance matrix, got shape {D.shape}"
+        )
     if not np.all(np.isfinite(D)):
         raise ValueError(f"{name} contains NaN or inf")
     if np.any(D < 0):
         raise ValueError(f"{name} has negative entries: distances are non-negative")
     scale = max(1.0, float(np.abs(D).max()))
     if not np.allclose(D, D.T, atol=atol * scale, rtol=0):
-        raise ValueError(f"{name} is not symmetric (max |D - D^T| = {np.abs(D - D.T).max():.3g})")
+        raise ValueError(
+            f"{name} is not symmetric (max |D - D^T| = {np.abs(D - D.T).max():.3g})"
+        )
     if np.any(np.abs(np.diag(D)) > atol * scale):
-        raise ValueError(f"{name} has a non-zero diagonal: the distance of a position to itself is 0")
+        raise ValueError(
+            f"{name} has a non-zero diagonal: the distance of a position to itself is 0"
+        )
     return D
 
 
 def pairwise_distances(P: np.ndarray, name: str = "P") -> np.ndarray:
-    """Euclidean distances between the rows of an encoding ``P`` (n x d), exact zero diagonal.
+    """Euclidean distances between the rows of an encoding ``P`` (n x d), exact zero
+    diagonal.
 
     Computed from centred coordinates through the Gram matrix (one matrix product).
-    Chapter: *MDS optimality* (also *Positions layer by layer*, *Do distinct positions get distinct vectors?*).
+    Chapter: *MDS optimality* (also *Positions layer by layer*,
+    *Do distinct positions get distinct vectors?*).
     """
     P = np.asarray(P, dtype=np.float64)
     if P.ndim != 2 or P.shape[0] < 1:
@@ -122,35 +150,47 @@ def pairwise_distances(P: np.ndarray, name: str = "P") -> np.ndarray:
 
 
 def double_centred_gram(D: np.ndarray) -> np.ndarray:
-    """B = -1/2 J D^2 J with J = I - 11^T / n ({prf:ref}`def-gram`). Chapter: *MDS optimality*."""
+    """B = -1/2 J D^2 J with J = I - 11^T / n ({prf:ref}`def-gram`).
+    Chapter: *MDS optimality*."""
     D = check_distance_matrix(D)
     D2 = D * D
     B = -0.5 * (D2 - D2.mean(axis=0)[None, :] - D2.mean(axis=1)[:, None] + D2.mean())
     return (B + B.T) / 2
 
 
-#: a spectrum whose largest eigenvalue is below this is rounding error: rank 0 (distances are O(1))
+#: a spectrum whose largest eigenvalue is below this is rounding error: rank 0
+#: (distances are O(1))
 ABSOLUTE_EIGENVALUE_FLOOR = 1e-12
 
 
 def check_tol(tol: object, name: str = "tol") -> float:
-    """Validate a relative eigenvalue threshold 0 <= tol < 1; return it as a float. Chapter: *MDS optimality*."""
-    if (isinstance(tol, (bool, np.bool_)) or not isinstance(tol, (int, float, np.integer, np.floating))
-            or not np.isfinite(tol) or not 0 <= tol < 1):
-        raise ValueError(f"{name} must be a finite number in [0, 1) (a fraction of the largest eigenvalue), "
-                         f"got {name}={tol!r}: pass e.g. {name}=1e-9")
+    """Validate a relative eigenvalue threshold 0 <= tol < 1; return it as a float.
+    Chapter: *MDS optimality*."""
+    if (
+        isinstance(tol, (bool, np.bool_))
+        or not isinstance(tol, (int, float, np.integer, np.floating))
+        or not np.isfinite(tol)
+        or not 0 <= tol < 1
+    ):
+        raise ValueError(
+            f"{name} must be a finite number in [0, 1) (a fraction of the largest "
+            f"eigenvalue), got {name}={tol!r}: pass e.g. {name}=1e-9"
+        )
     return float(tol)
 
 
 def effective_rank(eigenvalues: np.ndarray, tol: float = 1e-9) -> int:
-    """Number of eigenvalues above ``tol`` times the largest one; 0 when the largest is rounding error.
+    """Number of eigenvalues above ``tol`` times the largest one; 0 when the largest is
+    rounding error.
 
     Chapter: *MDS optimality*.
     """
     lam = np.asarray(eigenvalues, dtype=np.float64)
     if not np.all(np.isfinite(lam)):
-        raise ValueError("eigenvalues contain NaN or inf: the matrix they came from was not finite; "
-                         "check the distances (check_distance_matrix) before decomposing")
+        raise ValueError(
+            "eigenvalues contain NaN or inf: the matrix they came from was not finite; "
+            "check the distances (check_distance_matrix) before decomposing"
+        )
     tol = check_tol(tol)
     top = lam.max(initial=0.0)
     return int(np.sum(lam > tol * top)) if top > ABSOLUTE_EIGENVALUE_FLOOR else 0
@@ -165,10 +205,13 @@ def check_rank(r: object, n: int, name: str = "r") -> int:
 
 @dataclass
 class MDSResult:
-    """Classical MDS of a distance matrix: coordinates and the full spectrum of B. Chapter: *MDS optimality*."""
+    """Classical MDS of a distance matrix: coordinates and the full spectrum of B.
+    Chapter: *MDS optimality*."""
 
     P: np.ndarray  # (n, r) coordinates, columns in decreasing eigenvalue order
-    eigenvalues: np.ndarray  # all n eigenvalues of B, decreasing (negative ones included)
+    eigenvalues: (
+        np.ndarray
+    )  # all n eigenvalues of B, decreasing (negative ones included)
     effective_rank: int  # eigenvalues above tol * largest
     tol: float
 
@@ -179,7 +222,8 @@ class MDSResult:
 
     @property
     def negative_mass(self) -> float:
-        """Sum of |negative eigenvalues| over sum of |eigenvalues|: 0 when D is Euclidean.
+        """Sum of |negative eigenvalues| over sum of |eigenvalues|: 0 when D is
+        Euclidean.
 
         Chapter: *MDS optimality*.
         """
@@ -191,15 +235,18 @@ class MDSResult:
 def classical_mds(D: np.ndarray, r: int | None = None, tol: float = 1e-9) -> MDSResult:
     """Algorithm 1 (Torgerson-Gower): the top-``r`` coordinates of B = -1/2 J D^2 J.
 
-    ``r=None`` keeps every eigenvalue above ``tol`` times the largest (the effective rank). Directions
-    with non-positive eigenvalues get zero coordinates. Chapter: *MDS optimality*.
+    ``r=None`` keeps every eigenvalue above ``tol`` times the largest
+    (the effective rank). Directions with non-positive eigenvalues get zero coordinates.
+    Chapter: *MDS optimality*.
     """
     tol = check_tol(tol)
     B = double_centred_gram(D)
     n = B.shape[0]
     if r is not None:
         check_rank(r, n)
-    with blas_threads():  # the thread count is configuration: POSGEOM_BLAS_THREADS (settings)
+    with (
+        blas_threads()
+    ):  # the thread count is configuration: POSGEOM_BLAS_THREADS (settings)
         lam, U = np.linalg.eigh(B)
     lam, U = lam[::-1], U[:, ::-1]
     rank = effective_rank(lam, tol)
@@ -209,24 +256,28 @@ def classical_mds(D: np.ndarray, r: int | None = None, tol: float = 1e-9) -> MDS
 
 
 def stress(P: np.ndarray, D: np.ndarray, scale: str = "raw") -> float:
-    """The paper's normalised stress of encoding ``P`` against ``D`` ({prf:ref}`def-stress`).
+    """The paper's normalised stress of encoding ``P`` against ``D``
+    ({prf:ref}`def-stress`).
 
-    ``scale="raw"`` compares distances as they are; ``scale="fitted"`` first multiplies ``P`` by the single
-    best factor s* = sum(E D) / sum(E^2) (E: the encoding's distances), so fitted <= raw always.
-    Chapter: *MDS optimality*.
+    ``scale="raw"`` compares distances as they are; ``scale="fitted"`` first multiplies
+    ``P`` by the single best factor s* = sum(E D) / sum(E^2) (E: the encoding's
+    distances), so fitted <= raw always. Chapter: *MDS optimality*.
     """
     D = check_distance_matrix(D)
     P = np.asarray(P)
     if P.ndim != 2 or P.shape[0] != D.shape[0]:
-        raise ValueError(f"P must have one row per position: D is {D.shape[0]} x {D.shape[0]}, "
-                         f"P has shape {P.shape}")
+        raise ValueError(
+            f"P must have one row per position: D is {D.shape[0]} x {D.shape[0]}, "
+            f"P has shape {P.shape}"
+        )
     if scale not in ("raw", "fitted"):
         raise ValueError(f"scale must be 'raw' or 'fitted', got {scale!r}")
     return stress_of_distances(pairwise_distances(P), D, scale)
 
 
 def stress_of_distances(E: np.ndarray, D: np.ndarray, scale: str = "raw") -> float:
-    """Normalised stress of a distance matrix ``E`` against ``D`` (for encodings given as distances).
+    """Normalised stress of a distance matrix ``E`` against ``D`` (for encodings given
+    as distances).
 
     Both must be square matrices of the same shape; only their upper triangles are read.
     Chapter: *MDS optimality*.
@@ -234,19 +285,28 @@ def stress_of_distances(E: np.ndarray, D: np.ndarray, scale: str = "raw") -> flo
     E, D = np.asarray(E, dtype=np.float64), np.asarray(D, dtype=np.float64)
     for name, M in (("E", E), ("D", D)):
         if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] < 1:
-            raise ValueError(f"{name} must be a square (n, n) distance matrix, got shape {M.shape}: pass "
-                             f"pairwise distances, e.g. pairwise_distances(P) for an encoding P")
+            raise ValueError(
+                f"{name} must be a square (n, n) distance matrix, got shape {M.shape}: "
+                "pass pairwise distances, e.g. pairwise_distances(P) for an encoding P"
+            )
     if E.shape != D.shape:
-        raise ValueError(f"E and D must have the same shape (one row and column per position), got {E.shape} "
-                         f"and {D.shape}: compare distances over the same n positions")
+        raise ValueError(
+            "E and D must have the same shape (one row and column per position), got "
+            f"{E.shape} and {D.shape}: compare distances over the same n positions"
+        )
     iu = np.triu_indices(D.shape[0], 1)
     e, t = E[iu], D[iu]
     if not (np.all(np.isfinite(e)) and np.all(np.isfinite(t))):
-        raise ValueError(f"{'E' if not np.all(np.isfinite(e)) else 'D'} contains NaN or inf: "
-                         f"stress needs finite distances")
+        raise ValueError(
+            f"{'E' if not np.all(np.isfinite(e)) else 'D'} contains NaN or inf: "
+            f"stress needs finite distances"
+        )
     denom = float(t @ t)
     if denom == 0:
-        raise ValueError("D is all zeros: stress is undefined (every position has the same distribution)")
+        raise ValueError(
+            "D is all zeros: stress is undefined (every position has the same "
+            "distribution)"
+        )
     if scale == "fitted":
         ee = float(e @ e)
         e = e * (float(e @ t) / ee) if ee > 0 else e
@@ -256,29 +316,48 @@ def stress_of_distances(E: np.ndarray, D: np.ndarray, scale: str = "raw") -> flo
 
 
 def best_scale(E: np.ndarray, D: np.ndarray) -> float:
-    """The factor s* minimising sum_{i<j} (s E_ij - D_ij)^2. Chapter: *MDS optimality*."""
+    """The factor s* minimising sum_{i<j} (s E_ij - D_ij)^2.
+    Chapter: *MDS optimality*."""
     iu = np.triu_indices(np.asarray(D).shape[0], 1)
     e, t = np.asarray(E)[iu], np.asarray(D)[iu]
     return float(e @ t / (e @ e)) if float(e @ e) > 0 else 0.0
 
 
-def smacof(D: np.ndarray, r: int, init: np.ndarray | None = None, max_iter: int = 300,
-           eps: float = 1e-6) -> np.ndarray:
-    """Metric MDS (SMACOF, scikit-learn) at dimension ``r``, started from classical MDS by default.
+def smacof(
+    D: np.ndarray,
+    r: int,
+    init: np.ndarray | None = None,
+    max_iter: int = 300,
+    eps: float = 1e-6,
+) -> np.ndarray:
+    """Metric MDS (SMACOF, scikit-learn) at dimension ``r``, started from classical MDS
+    by default.
 
-    Classical MDS minimises strain, not stress; SMACOF lowers the stress monotonically from its start,
-    so it never ends above the classical solution. Chapter: *MDS optimality*.
+    Classical MDS minimises strain, not stress; SMACOF lowers the stress monotonically
+    from its start, so it never ends above the classical solution.
+    Chapter: *MDS optimality*.
     """
     from sklearn.manifold import smacof as _smacof
 
     D = check_distance_matrix(D)
     r = check_rank(r, D.shape[0])
-    start = classical_mds(D, r).P if init is None else np.asarray(init, dtype=np.float64)
+    start = (
+        classical_mds(D, r).P if init is None else np.asarray(init, dtype=np.float64)
+    )
     if start.shape != (D.shape[0], r):
         raise ValueError(f"init must have shape ({D.shape[0]}, {r}), got {start.shape}")
-    P, _ = _smacof(D, metric=True, n_components=r, init=start, n_init=1, max_iter=max_iter, eps=eps,
-                   normalized_stress=False)
-    # the majorisation never increases stress; guard against a solver that stops early on a worse point
+    P, _ = _smacof(
+        D,
+        metric=True,
+        n_components=r,
+        init=start,
+        n_init=1,
+        max_iter=max_iter,
+        eps=eps,
+        normalized_stress=False,
+    )
+    # the majorisation never increases stress; guard against a solver that stops early
+    # on a worse point
     return P if stress(P, D) <= stress(start, D) else start
 
 
@@ -290,11 +369,13 @@ def is_circulant(D: np.ndarray, atol: float = 1e-10) -> bool:
     return bool(np.allclose(D, D[0][idx], atol=atol))
 
 
-# --------------------------------------------------------------------------- monotonicity
+# -------------------------------------------------------------------- monotonicity
+
 
 @dataclass
 class ViolationRate:
-    """How often distances disagree with sequence distance (see :func:`monotonicity_violation_rate`).
+    """How often distances disagree with sequence distance (see
+    :func:`monotonicity_violation_rate`).
 
     Chapter: *Monotonicity*.
     """
@@ -310,31 +391,51 @@ class ViolationRate:
 def _as_distances(X: np.ndarray, input_kind: str) -> np.ndarray:
     X = np.asarray(X, dtype=np.float64)
     if input_kind not in ("auto", "encoding", "distances"):
-        raise ValueError(f"input_kind must be 'auto', 'encoding' or 'distances', got {input_kind!r}")
-    looks_like_D = (X.ndim == 2 and X.shape[0] == X.shape[1] and np.allclose(X, X.T)
-                    and np.allclose(np.diag(X), 0) and np.all(X >= 0))
+        raise ValueError(
+            f"input_kind must be 'auto', 'encoding' or 'distances', got {input_kind!r}"
+        )
+    looks_like_D = (
+        X.ndim == 2
+        and X.shape[0] == X.shape[1]
+        and np.allclose(X, X.T)
+        and np.allclose(np.diag(X), 0)
+        and np.all(X >= 0)
+    )
     if input_kind == "distances" or (input_kind == "auto" and looks_like_D):
         return check_distance_matrix(X, "D")
     return pairwise_distances(X)
 
 
-def monotonicity_violation_rate(X: np.ndarray, kind: str = "triplets", input_kind: str = "auto",
-                                sample: int | None = None, seed: int = 0, tie_tol: float = 1e-9) -> ViolationRate:
-    """Fraction of comparisons in which a farther position (in sequence distance) is closer in ``X``.
+def monotonicity_violation_rate(
+    X: np.ndarray,
+    kind: str = "triplets",
+    input_kind: str = "auto",
+    sample: int | None = None,
+    seed: int = 0,
+    tie_tol: float = 1e-9,
+) -> ViolationRate:
+    """Fraction of comparisons in which a farther position (in sequence distance) is
+    closer in ``X``.
 
-    ``X`` is an encoding (n x d) or a distance matrix (n x n; detected when square, symmetric, non-negative
-    with zero diagonal, or forced with ``input_kind``). ``kind="triplets"``: anchors i and pairs j, k != i
-    with |i - j| < |i - k|; a violation is d(i, j) > d(i, k). ``kind="pairs"``: pairs of pairs (i, j), (k, l)
-    with |i - j| < |k - l|; a violation is d(i, j) > d(k, l). Ties in distance count one half, so a
-    constant or a random geometry scores 0.5 and a geometry monotone in |i - j| scores 0. Two distances
-    are tied when they differ by at most ``tie_tol`` times the largest distance, so rounding noise (an
-    encoding that reproduces ``D`` to 1e-15) does not decide a comparison.
-    Exact (vectorised, chunked) by default for triplets; ``sample`` draws that many random comparisons
-    (seeded) and returns a 95% interval. Chapter: *Monotonicity*.
+    ``X`` is an encoding (n x d) or a distance matrix (n x n; detected when square,
+    symmetric, non-negative with zero diagonal, or forced with ``input_kind``).
+    ``kind="triplets"``: anchors i and pairs j, k != i with |i - j| < |i - k|; a
+    violation is d(i, j) > d(i, k). ``kind="pairs"``: pairs of pairs (i, j), (k, l) with
+    |i - j| < |k - l|; a violation is d(i, j) > d(k, l). Ties in distance count one
+    half, so a constant or a random geometry scores 0.5 and a geometry monotone in
+    |i - j| scores 0. Two distances are tied when they differ by at most ``tie_tol``
+    times the largest distance, so rounding noise (an encoding that reproduces ``D`` to
+    1e-15) does not decide a comparison. Exact (vectorised, chunked) by default for
+    triplets; ``sample`` draws that many random comparisons (seeded) and returns a 95%
+    interval. Chapter: *Monotonicity*.
     """
     if kind not in ("triplets", "pairs"):
         raise ValueError(f"kind must be 'triplets' or 'pairs', got {kind!r}")
-    if sample is not None and (isinstance(sample, bool) or not isinstance(sample, (int, np.integer)) or sample < 1):
+    if sample is not None and (
+        isinstance(sample, bool)
+        or not isinstance(sample, (int, np.integer))
+        or sample < 1
+    ):
         raise ValueError(f"sample must be a positive integer or None, got {sample!r}")
     if not np.isfinite(tie_tol) or tie_tol < 0:
         raise ValueError(f"tie_tol must be a finite number >= 0, got {tie_tol!r}")
@@ -347,32 +448,49 @@ def monotonicity_violation_rate(X: np.ndarray, kind: str = "triplets", input_kin
     if sample is None and kind == "triplets":
         violations, total = 0.0, 0
         offsets = np.abs(idx[None, :] - idx[:, None])  # |i - j|
-        for start in range(0, n, 32):  # chunks of anchors bound the memory to 32 n^2 booleans
+        for start in range(
+            0, n, 32
+        ):  # chunks of anchors bound the memory to 32 n^2 booleans
             anchors = idx[start : start + 32]
             o, e = offsets[anchors], D[anchors]  # (a, n)
             valid = o > 0
-            closer = (o[:, :, None] < o[:, None, :]) & valid[:, :, None] & valid[:, None, :]
+            closer = (
+                (o[:, :, None] < o[:, None, :]) & valid[:, :, None] & valid[:, None, :]
+            )
             diff = e[:, :, None] - e[:, None, :]
-            violations += np.sum(closer & (diff > eps)) + 0.5 * np.sum(closer & (np.abs(diff) <= eps))
+            violations += np.sum(closer & (diff > eps)) + 0.5 * np.sum(
+                closer & (np.abs(diff) <= eps)
+            )
             total += int(np.sum(closer))
         rate = violations / total
         return ViolationRate(float(rate), total, True, float(rate), float(rate), kind)
     if sample is None:  # exact pairs of pairs, for small n only
         if n > 64:
-            raise ValueError(f"the exact 'pairs' variant is limited to n <= 64 (got n={n}): pass sample=...")
+            raise ValueError(
+                f"the exact 'pairs' variant is limited to n <= 64 (got n={n}): pass "
+                "sample=..."
+            )
         i, j = np.triu_indices(n, 1)
         o, e = j - i, D[i, j]
         closer = o[:, None] < o[None, :]
         diff = e[:, None] - e[None, :]
         total = int(closer.sum())
-        rate = (np.sum(closer & (diff > eps)) + 0.5 * np.sum(closer & (np.abs(diff) <= eps))) / total
+        rate = (
+            np.sum(closer & (diff > eps)) + 0.5 * np.sum(closer & (np.abs(diff) <= eps))
+        ) / total
         return ViolationRate(float(rate), total, True, float(rate), float(rate), kind)
     rng = np.random.default_rng(seed)
     if kind == "triplets":
         a, b, c = rng.integers(0, n, (3, 4 * sample))
         ob, oc = np.abs(a - b), np.abs(a - c)
         keep = (ob > 0) & (oc > 0) & (ob != oc)
-        a, b, c, ob, oc = a[keep][:sample], b[keep][:sample], c[keep][:sample], ob[keep][:sample], oc[keep][:sample]
+        a, b, c, ob, oc = (
+            a[keep][:sample],
+            b[keep][:sample],
+            c[keep][:sample],
+            ob[keep][:sample],
+            oc[keep][:sample],
+        )
         near_d = np.where(ob < oc, D[a, b], D[a, c])
         far_d = np.where(ob < oc, D[a, c], D[a, b])
     else:
@@ -386,56 +504,79 @@ def monotonicity_violation_rate(X: np.ndarray, kind: str = "triplets", input_kin
     m = score.size
     rate = float(score.mean())
     half = 1.96 * float(score.std(ddof=1)) / np.sqrt(m) if m > 1 else float("nan")
-    return ViolationRate(rate, int(m), False, float(rate - half), float(rate + half), kind)
+    return ViolationRate(
+        rate, int(m), False, float(rate - half), float(rate + half), kind
+    )
 
 
 def linear_cka(X: np.ndarray, Y: np.ndarray) -> float:
-    """Linear centred kernel alignment of two representations of the same n points (rows).
+    """Linear centred kernel alignment of two representations of the same n points
+    (rows).
 
-    ``CKA = ||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F)`` with column-centred ``Xc``, ``Yc``: 1 for
-    representations equal up to an orthogonal map, a translation and a global scale, 0 for orthogonal
-    (unrelated) Gram matrices. The widths may differ. Never NaN: a non-finite input or a representation
-    whose rows are all equal (zero variance, up to rounding) raises ``ValueError``.
+    ``CKA = ||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F)`` with column-centred
+    ``Xc``, ``Yc``: 1 for representations equal up to an orthogonal map, a translation
+    and a global scale, 0 for orthogonal (unrelated) Gram matrices. The widths may
+    differ. Never NaN: a non-finite input or a representation whose rows are all equal
+    (zero variance, up to rounding) raises ``ValueError``.
     Chapter: *Positions layer by layer*.
     """
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
     if X.ndim != 2 or Y.ndim != 2 or X.shape[0] != Y.shape[0] or X.shape[0] < 2:
-        raise ValueError(f"X and Y must be (n, d) and (n, d') with the same n >= 2, got {X.shape} and {Y.shape}")
+        raise ValueError(
+            f"X and Y must be (n, d) and (n, d') with the same n >= 2, got {X.shape} "
+            f"and {Y.shape}"
+        )
     for name, M in (("X", X), ("Y", Y)):
         if not np.all(np.isfinite(M)):
-            raise ValueError(f"{name} contains NaN or inf: linear_cka needs finite representations "
-                             f"(check the hidden states or means it came from)")
+            raise ValueError(
+                f"{name} contains NaN or inf: linear_cka needs finite representations "
+                f"(check the hidden states or means it came from)"
+            )
     Xc, Yc = X - X.mean(0), Y - Y.mean(0)
     for name, M, Mc in (("X", X, Xc), ("Y", Y, Yc)):
-        # all rows equal: centring leaves only rounding noise (~eps max|M|), and CKA would be 0/0 or noise
+        # all rows equal: centring leaves only rounding noise (~eps max|M|), and CKA
+        # would be 0/0 or noise
         if np.abs(Mc).max() <= _ZERO_VARIANCE * np.abs(M).max():
-            raise ValueError(f"CKA is undefined for a representation with all rows equal (zero variance): "
-                             f"{name} has the same row at every one of its {M.shape[0]} points")
+            raise ValueError(
+                "CKA is undefined for a representation with all rows equal (zero "
+                f"variance): {name} has the same row at every one of its {M.shape[0]} "
+                "points"
+            )
     # Gram-matrix form (n x n): cheaper than d x d' when n < d, as for positions
     Kx, Ky = Xc @ Xc.T, Yc @ Yc.T
     denom = np.linalg.norm(Kx) * np.linalg.norm(Ky)
     value = float(np.sum(Kx * Ky) / denom) if denom > 0 else float("nan")
-    if not np.isfinite(value):  # underflow or overflow of the Gram matrices: rescale the inputs
-        raise ValueError(f"CKA is not finite for X and Y (their Gram matrices under- or overflow, norms "
-                         f"{np.linalg.norm(Xc):.3g} and {np.linalg.norm(Yc):.3g}): rescale X and Y")
+    if not np.isfinite(
+        value
+    ):  # underflow or overflow of the Gram matrices: rescale the inputs
+        raise ValueError(
+            "CKA is not finite for X and Y (their Gram matrices under- or overflow, "
+            f"norms {np.linalg.norm(Xc):.3g} and {np.linalg.norm(Yc):.3g}): rescale X "
+            "and Y"
+        )
     return value
 
 
-#: max |centred| / max |M| at or below this: the rows are equal up to rounding (CKA undefined)
+#: max |centred| / max |M| at or below this: the rows are equal up to rounding
+#: (CKA undefined)
 _ZERO_VARIANCE = 1e-12
 
 
 def tie_robust(x: np.ndarray, digits: int = 9) -> np.ndarray:
-    """``x`` rounded to ``digits`` significant digits relative to its largest magnitude, so that values equal
-    in exact arithmetic (e.g. sinusoidal distances at equal lags) stay tied whatever the BLAS rounding.
+    """``x`` rounded to ``digits`` significant digits relative to its largest magnitude,
+    so that values equal in exact arithmetic (e.g. sinusoidal distances at equal lags)
+    stay tied whatever the BLAS rounding.
 
-    Rank statistics (Spearman's rho, violation rates) are computed on these values: rounding noise at the
-    1e-16 level would otherwise break exact ties differently on different CPUs. Chapter: *MDS optimality*.
+    Rank statistics (Spearman's rho, violation rates) are computed on these values:
+    rounding noise at the 1e-16 level would otherwise break exact ties differently on
+    different CPUs. Chapter: *MDS optimality*.
     """
     x = np.asarray(x, dtype=np.float64)
     if not np.all(np.isfinite(x)):
-        raise ValueError("x must be finite (found NaN or inf): check the distances it came from")
+        raise ValueError(
+            "x must be finite (found NaN or inf): check the distances it came from"
+        )
     top = float(np.abs(x).max()) if x.size else 0.0
     if top == 0.0:
         return x.copy()
@@ -444,8 +585,9 @@ def tie_robust(x: np.ndarray, digits: int = 9) -> np.ndarray:
 
 
 def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> "pd.DataFrame":
-    """One row per encoding: rank, raw and scale-fitted stress against ``D``, the fitted scale, and the
-    Spearman correlation of its pairwise distances with D's. Chapter: *MDS optimality*.
+    """One row per encoding: rank, raw and scale-fitted stress against ``D``, the fitted
+    scale, and the Spearman correlation of its pairwise distances with D's.
+    Chapter: *MDS optimality*.
     """
     import pandas as pd
     from scipy.stats import spearmanr
@@ -455,13 +597,23 @@ def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> "pd.DataFra
     rows = []
     for name, P in encodings.items():
         E = pairwise_distances(P, name=name)
-        rows.append({
-            "encoding": name,
-            "rank": int(np.linalg.matrix_rank(np.asarray(P) - np.mean(P, axis=0), tol=1e-9 * max(1.0, np.abs(P).max()))),
-            "raw stress": stress_of_distances(E, D, "raw"),
-            "fitted stress": stress_of_distances(E, D, "fitted"),
-            "best scale": best_scale(E, D),
-            "Spearman rho": (float(spearmanr(tie_robust(E[iu]), tie_robust(D[iu])).statistic)
-                             if np.ptp(E[iu]) > 0 else float("nan")),
-        })
+        rows.append(
+            {
+                "encoding": name,
+                "rank": int(
+                    np.linalg.matrix_rank(
+                        np.asarray(P) - np.mean(P, axis=0),
+                        tol=1e-9 * max(1.0, np.abs(P).max()),
+                    )
+                ),
+                "raw stress": stress_of_distances(E, D, "raw"),
+                "fitted stress": stress_of_distances(E, D, "fitted"),
+                "best scale": best_scale(E, D),
+                "Spearman rho": (
+                    float(spearmanr(tie_robust(E[iu]), tie_robust(D[iu])).statistic)
+                    if np.ptp(E[iu]) > 0
+                    else float("nan")
+                ),
+            }
+        )
     return pd.DataFrame(rows).set_index("encoding")

@@ -1,26 +1,34 @@
-"""The positional token distributions mu_i of a corpus (rows of an n x V matrix), counted in one stream.
+"""The positional token distributions mu_i of a corpus (rows of an n x V matrix),
+counted in one stream.
 
 Chapter: *Positions in real text*.
 
-``mu_i(v)`` is the fraction of the sequences reaching position ``i`` whose token there is ``v``.
-The counting is vectorised (one ``np.unique`` over flat keys ``i * V + v`` per buffer of tokens, summed
-into a sparse matrix), so its cost is a small fraction of tokenizing, and memory stays
-O(nnz + buffer) <= O(n V + buffer) whatever the corpus size.
+``mu_i(v)`` is the fraction of the sequences reaching position ``i`` whose token there
+is ``v``. The counting is vectorised (one ``np.unique`` over flat keys ``i * V + v`` per
+buffer of tokens, summed into a sparse matrix), so its cost is a small fraction of
+tokenizing, and memory stays O(nnz + buffer) <= O(n V + buffer) whatever the corpus
+size.
 
 Choices, all explicit parameters:
 
-- ``special_tokens``: ``"keep"`` counts the tokens the model really sees, e.g. ``[CLS] ... [SEP]`` for
-  BERT (then position 0 is a point mass on ``[CLS]``); ``"drop"`` counts only the text's own tokens.
-- truncation to ``n``: as the tokenizer would truncate for the model (``keep``: the text is cut to
-  ``n - #specials`` tokens and the closing ``[SEP]`` moves to position ``n - 1``).
-- padding is never counted: sequences are not padded, each contributes only its real positions.
-- ``align``: ``"start"`` counts position i from the first token; ``"end"`` counts it from the last
-  token backwards (position 0 = last token), which is how "the end of a sentence" is compared.
-- positions reached by few sequences: :attr:`PositionalMarginals.support` holds the per-position
-  sample count; ``min_count`` keeps the leading positions reached by at least that many sequences
-  (support never increases with i, so they form a prefix). Without it, a position that no sequence
-  reaches is an error, never a silent division by zero.
-- ``smoothing``: optional additive (Laplace) smoothing in :meth:`PositionalMarginals.mu`.
+- ``special_tokens``: ``"keep"`` counts the tokens the model really sees, e.g.
+  ``[CLS] ... [SEP]`` for BERT (then position 0 is a point mass on ``[CLS]``);
+  ``"drop"`` counts only the text's own tokens.
+- truncation to ``n``: as the tokenizer would truncate for the model (``keep``: the text
+  is cut to ``n - #specials`` tokens and the closing ``[SEP]`` moves to position
+  ``n - 1``).
+- padding is never counted: sequences are not padded, each contributes only its real
+  positions.
+- ``align``: ``"start"`` counts position i from the first token; ``"end"`` counts it
+  from the last token backwards (position 0 = last token), which is how "the end of a
+  sentence" is compared.
+- positions reached by few sequences: :attr:`PositionalMarginals.support` holds the
+  per-position sample count; ``min_count`` keeps the leading positions reached by at
+  least that many sequences (support never increases with i, so they form a prefix).
+  Without it, a position that no sequence reaches is an error, never a silent division
+  by zero.
+- ``smoothing``: optional additive (Laplace) smoothing in
+  :meth:`PositionalMarginals.mu`.
 """
 
 from __future__ import annotations
@@ -47,14 +55,17 @@ ALIGNMENTS = ("start", "end")
 
 @dataclass
 class PositionalMarginals:
-    """Token counts per position and what is needed to turn them into distributions ``mu``.
+    """Token counts per position and what is needed to turn them into distributions
+    ``mu``.
 
     Chapter: *Positions in real text*.
     """
 
     counts: sp.csr_array  # (n, V) int64: how often token v stands at position i
     support: np.ndarray  # (n,) int64: how many sequences reach position i
-    length_hist: np.ndarray  # length_hist[L] = number of sequences of (untruncated) length L
+    length_hist: (
+        np.ndarray
+    )  # length_hist[L] = number of sequences of (untruncated) length L
     params: dict = field(default_factory=dict)
 
     @property
@@ -73,27 +84,37 @@ class PositionalMarginals:
         return int(self.length_hist.sum())
 
     def mu(self, smoothing: float = 0.0) -> np.ndarray:
-        """The dense n x V matrix of distributions; ``smoothing`` adds that pseudo-count to every cell.
+        """The dense n x V matrix of distributions; ``smoothing`` adds that pseudo-count
+        to every cell.
 
         Chapter: *Positions in real text*.
         """
-        if (isinstance(smoothing, (bool, np.bool_)) or not isinstance(smoothing, (int, float, np.integer, np.floating))
-                or not np.isfinite(smoothing) or smoothing < 0):
-            raise ValueError(f"smoothing must be a finite number >= 0, got smoothing={smoothing!r}: pass 0 "
-                             f"(plain frequencies) or a small pseudo-count such as 0.5")
+        if (
+            isinstance(smoothing, (bool, np.bool_))
+            or not isinstance(smoothing, (int, float, np.integer, np.floating))
+            or not np.isfinite(smoothing)
+            or smoothing < 0
+        ):
+            raise ValueError(
+                f"smoothing must be a finite number >= 0, got smoothing={smoothing!r}: "
+                "pass 0 (plain frequencies) or a small pseudo-count such as 0.5"
+            )
         empty = np.flatnonzero(self.support == 0)
         if empty.size and smoothing == 0:
             raise ValueError(
-                f"positions {empty[0]}..{self.n - 1} have no tokens (no sequence is that long): use a smaller n, "
-                f"truncate(min_count=...) or smoothing > 0"
+                f"positions {empty[0]}..{self.n - 1} have no tokens (no sequence is "
+                "that long): use a smaller n, truncate(min_count=...) or smoothing > 0"
             )
         dense = self.counts.toarray().astype(np.float64)
         if smoothing:
             dense += smoothing
         return dense / (self.support[:, None] + smoothing * self.V)
 
-    def truncate(self, n: int | None = None, min_count: int | None = None) -> "PositionalMarginals":
-        """Keep the first ``n`` positions, and/or those reached by at least ``min_count`` sequences.
+    def truncate(
+        self, n: int | None = None, min_count: int | None = None
+    ) -> "PositionalMarginals":
+        """Keep the first ``n`` positions, and/or those reached by at least
+        ``min_count`` sequences.
 
         Chapter: *Positions in real text*.
         """
@@ -103,68 +124,105 @@ class PositionalMarginals:
                 raise ValueError(f"min_count must be >= 1, got {min_count}")
             keep = min(keep, int(np.sum(self.support >= min_count)))
         if keep < 1:
-            raise ValueError(f"no position is reached by min_count={min_count} sequences "
-                             f"(most: {int(self.support.max(initial=0))}): lower min_count")
+            raise ValueError(
+                f"no position is reached by min_count={min_count} sequences "
+                f"(most: {int(self.support.max(initial=0))}): lower min_count"
+            )
         params = {**self.params, "n": keep, "min_count": min_count}
-        return PositionalMarginals(self.counts[:keep], self.support[:keep].copy(), self.length_hist, params)
+        return PositionalMarginals(
+            self.counts[:keep], self.support[:keep].copy(), self.length_hist, params
+        )
 
     def entropy(self, base: float = 2.0) -> np.ndarray:
         """Shannon entropy of each mu_i (bits by default), from the sparse counts.
 
         Chapter: *Positions in real text*.
         """
-        if (isinstance(base, (bool, np.bool_)) or not isinstance(base, (int, float, np.integer, np.floating))
-                or not np.isfinite(base) or base <= 0 or base == 1):
-            raise ValueError(f"base must be a finite number > 0 and != 1 (the logarithm's base), got base={base!r}: "
-                             f"pass 2 (bits) or math.e (nats)")
+        if (
+            isinstance(base, (bool, np.bool_))
+            or not isinstance(base, (int, float, np.integer, np.floating))
+            or not np.isfinite(base)
+            or base <= 0
+            or base == 1
+        ):
+            raise ValueError(
+                "base must be a finite number > 0 and != 1 (the logarithm's base), got "
+                f"base={base!r}: pass 2 (bits) or math.e (nats)"
+            )
         c = self.counts
         rows = np.repeat(np.arange(self.n), np.diff(c.indptr))
         p = c.data / np.maximum(self.support[rows], 1)
-        h = np.bincount(rows, weights=-p * np.log(p), minlength=self.n)  # O(nnz), not per token
+        h = np.bincount(
+            rows, weights=-p * np.log(p), minlength=self.n
+        )  # O(nnz), not per token
         return h / np.log(base)
 
     def top_tokens(self, i: int, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids and probabilities of the ``k`` most frequent tokens at position ``i``.
+        """Token ids and probabilities of the ``k`` most frequent tokens at position
+        ``i``.
 
         Chapter: *Positions in real text*.
         """
         if not 0 <= i < self.n:
             raise ValueError(f"position i must be in [0, {self.n - 1}], got {i}")
-        if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be a positive integer (how many tokens to list), got k={k!r}: pass e.g. k=5")
+        if (
+            isinstance(k, (bool, np.bool_))
+            or not isinstance(k, (int, np.integer))
+            or k < 1
+        ):
+            raise ValueError(
+                f"k must be a positive integer (how many tokens to list), got k={k!r}: "
+                "pass e.g. k=5"
+            )
         row = self.counts[[i]]
         order = np.argsort(-row.data, kind="stable")[:k]
         return row.indices[order], row.data[order] / max(int(self.support[i]), 1)
 
     # ----------------------------------------------------------------- persistence
     def save(self, path: Path) -> Path:
-        """Write atomically to ``path`` (an ``.npz``). Chapter: *How this book is built* (README: caches)."""
+        """Write atomically to ``path`` (an ``.npz``). Chapter: *How this book is built*
+        (README: caches)."""
         c = self.counts
 
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as fh:
-                np.savez(fh, data=c.data, indices=c.indices, indptr=c.indptr, shape=np.array(c.shape),
-                         support=self.support, length_hist=self.length_hist,
-                         params=np.array(json.dumps(self.params, default=str)))
+                np.savez(
+                    fh,
+                    data=c.data,
+                    indices=c.indices,
+                    indptr=c.indptr,
+                    shape=np.array(c.shape),
+                    support=self.support,
+                    length_hist=self.length_hist,
+                    params=np.array(json.dumps(self.params, default=str)),
+                )
 
         return atomic_write(Path(path), write)
 
     @classmethod
     def load(cls, path: Path) -> "PositionalMarginals":
-        """Read what :meth:`save` wrote. Chapter: *How this book is built* (README: caches)."""
+        """Read what :meth:`save` wrote. Chapter: *How this book is built*
+        (README: caches)."""
         with np.load(path, allow_pickle=False) as z:
-            counts = sp.csr_array((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
-            return cls(counts, z["support"], z["length_hist"], json.loads(str(z["params"])))
+            counts = sp.csr_array(
+                (z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"])
+            )
+            return cls(
+                counts, z["support"], z["length_hist"], json.loads(str(z["params"]))
+            )
 
 
 def _check_n(n: object) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be a positive integer (the number of positions), got {n!r}")
+        raise ValueError(
+            f"n must be a positive integer (the number of positions), got {n!r}"
+        )
     return int(n)
 
 
 def special_template(tokenizer: Any) -> tuple[list[int], list[int]]:
-    """The special tokens the tokenizer puts before and after a text, e.g. ``([CLS]], [SEP]])`` for BERT.
+    """The special tokens the tokenizer puts before and after a text, e.g.
+    ``([CLS]], [SEP]])`` for BERT.
 
     Chapter: *Positions in real text*.
     """
@@ -173,11 +231,14 @@ def special_template(tokenizer: Any) -> tuple[list[int], list[int]]:
     for k in range(len(full) - len(plain) + 1):
         if full[k : k + len(plain)] == plain:
             return list(full[:k]), list(full[k + len(plain) :])
-    raise ValueError("cannot locate the text inside the tokenizer's special-token template")
+    raise ValueError(
+        "cannot locate the text inside the tokenizer's special-token template"
+    )
 
 
 class _Encoder:
-    """Tokenize a batch of texts (no special tokens, no truncation) into flat ids and lengths."""
+    """Tokenize a batch of texts (no special tokens, no truncation) into flat ids and
+    lengths."""
 
     def __init__(self, tokenizer: Any):
         backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -190,19 +251,29 @@ class _Encoder:
 
     def __call__(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         if self.backend is not None:
-            ids = [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+            ids = [
+                e.ids
+                for e in self.backend.encode_batch(
+                    list(texts), add_special_tokens=False
+                )
+            ]
         else:  # slow tokenizers: same result, Python speed
-            ids = self.tokenizer(list(texts), add_special_tokens=False, truncation=False)["input_ids"]
+            ids = self.tokenizer(
+                list(texts), add_special_tokens=False, truncation=False
+            )["input_ids"]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+        flat = np.fromiter(
+            itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum())
+        )
         return flat, lengths
 
 
 class _Counter:
-    """Accumulates flat keys ``i * V + v`` and folds them into sparse counts, one sort per buffer.
+    """Accumulates flat keys ``i * V + v`` and folds them into sparse counts, one sort
+    per buffer.
 
-    Counting is sparse (``np.unique`` on the buffered keys, then a CSR matrix), so memory is the buffer plus
-    the non-zero counts, never a dense n x V array.
+    Counting is sparse (``np.unique`` on the buffered keys, then a CSR matrix), so
+    memory is the buffer plus the non-zero counts, never a dense n x V array.
     """
 
     def __init__(self, n: int, V: int, buffer_tokens: int):
@@ -214,8 +285,16 @@ class _Counter:
         self.support_hist = np.zeros(n + 1, dtype=np.int64)
         self.length_hist = np.zeros(1, dtype=np.int64)
 
-    def add(self, positions: np.ndarray, ids: np.ndarray, model_lengths: np.ndarray, full_lengths: np.ndarray) -> None:
-        keys = positions.astype(self.dtype, copy=False) * self.V + ids.astype(self.dtype, copy=False)
+    def add(
+        self,
+        positions: np.ndarray,
+        ids: np.ndarray,
+        model_lengths: np.ndarray,
+        full_lengths: np.ndarray,
+    ) -> None:
+        keys = positions.astype(self.dtype, copy=False) * self.V + ids.astype(
+            self.dtype, copy=False
+        )
         self.pending.append(keys)
         self.pending_size += keys.size
         self.support_hist += np.bincount(model_lengths, minlength=self.n + 1)
@@ -237,18 +316,31 @@ class _Counter:
         rows = unique // self.V
         indptr = np.zeros(self.n + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=self.n), out=indptr[1:])
-        batch = sp.csr_array((counts.astype(np.int64), (unique - rows * self.V).astype(np.int32), indptr),
-                             shape=(self.n, self.V))
+        batch = sp.csr_array(
+            (
+                counts.astype(np.int64),
+                (unique - rows * self.V).astype(np.int32),
+                indptr,
+            ),
+            shape=(self.n, self.V),
+        )
         self.counts = batch if self.counts.nnz == 0 else (self.counts + batch).tocsr()
 
     def result(self, params: dict) -> PositionalMarginals:
         self.flush()
-        support = self.support_hist[::-1].cumsum()[::-1][1:]  # sequences with length > i
-        return PositionalMarginals(self.counts, support.astype(np.int64), self.length_hist, params)
+        support = self.support_hist[::-1].cumsum()[::-1][
+            1:
+        ]  # sequences with length > i
+        return PositionalMarginals(
+            self.counts, support.astype(np.int64), self.length_hist, params
+        )
 
 
-def _positions(lengths: np.ndarray, n: int, prefix: list[int], suffix: list[int], align: str):
-    """For one batch: the position of every kept content token, the specials, and model lengths."""
+def _positions(
+    lengths: np.ndarray, n: int, prefix: list[int], suffix: list[int], align: str
+):
+    """For one batch: the position of every kept content token, the specials, and model
+    lengths."""
     p, s = len(prefix), len(suffix)
     kept = np.minimum(lengths, n - p - s)  # content tokens that survive truncation
     model_len = kept + p + s
@@ -271,20 +363,24 @@ def _positions(lengths: np.ndarray, n: int, prefix: list[int], suffix: list[int]
 
 
 def _tokenizer_fingerprint(tokenizer: Any) -> str:
-    """A hash of what the tokenizer does (vocabulary, model, normaliser), not of its last call's state."""
+    """A hash of what the tokenizer does (vocabulary, model, normaliser), not of its
+    last call's state."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         blob = json.dumps(sorted(tokenizer.get_vocab().items()))
     else:
         state = json.loads(backend.to_str())
-        state.pop("truncation", None)  # set by whatever call came last; irrelevant to our counts
+        state.pop(
+            "truncation", None
+        )  # set by whatever call came last; irrelevant to our counts
         state.pop("padding", None)
         blob = json.dumps(state, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def texts_fingerprint(texts: Sequence[str]) -> str:
-    """A content hash of a list of texts (length-prefixed, so no two different lists collide by joining).
+    """A content hash of a list of texts (length-prefixed, so no two different lists
+    collide by joining).
 
     Chapter: *How this book is built* (README: caches).
     """
@@ -296,67 +392,123 @@ def texts_fingerprint(texts: Sequence[str]) -> str:
     return h.hexdigest()[:24]
 
 
-def positional_marginals(texts: Corpus | Sequence[str], tokenizer: Any, n: int,
-                         special_tokens: str = "keep", align: str = "start", min_count: int | None = None,
-                         batch_size: int = 2048, buffer_tokens: int = 2**24,
-                         cache: bool = True) -> PositionalMarginals:
-    """Count the positional token distributions of ``texts`` under ``tokenizer`` for positions 0..n-1.
+def positional_marginals(
+    texts: Corpus | Sequence[str],
+    tokenizer: Any,
+    n: int,
+    special_tokens: str = "keep",
+    align: str = "start",
+    min_count: int | None = None,
+    batch_size: int = 2048,
+    buffer_tokens: int = 2**24,
+    cache: bool = True,
+) -> PositionalMarginals:
+    """Count the positional token distributions of ``texts`` under ``tokenizer`` for
+    positions 0..n-1.
 
-    ``texts`` is a :class:`~posgeom_utils.corpus.Corpus` or a sequence of strings. The result is cached
-    on disk (keyed by the corpus, the tokenizer's content and every parameter) and written atomically;
-    a cache hit returns identical arrays. ``min_count`` truncates to the leading positions reached by at
-    least that many sequences; without it, an ``n`` longer than every sequence is an error.
+    ``texts`` is a :class:`~posgeom_utils.corpus.Corpus` or a sequence of strings. The
+    result is cached on disk (keyed by the corpus, the tokenizer's content and every
+    parameter) and written atomically; a cache hit returns identical arrays.
+    ``min_count`` truncates to the leading positions reached by at least that many
+    sequences; without it, an ``n`` longer than every sequence is an error.
     Chapter: *Positions in real text*.
     """
     n = _check_n(n)
     if special_tokens not in SPECIAL_POLICIES:
-        raise ValueError(f"special_tokens must be one of {SPECIAL_POLICIES}, got {special_tokens!r}")
+        raise ValueError(
+            f"special_tokens must be one of {SPECIAL_POLICIES}, got {special_tokens!r}"
+        )
     if align not in ALIGNMENTS:
         raise ValueError(f"align must be one of {ALIGNMENTS}, got {align!r}")
     if batch_size < 1 or buffer_tokens < 1:
-        raise ValueError(f"batch_size and buffer_tokens must be >= 1, got {batch_size}, {buffer_tokens}")
+        raise ValueError(
+            f"batch_size and buffer_tokens must be >= 1, got {batch_size}, "
+            f"{buffer_tokens}"
+        )
     corpus_key = dict(texts.key) if isinstance(texts, Corpus) else {}
     texts = check_texts(texts)
-    corpus_key["texts_sha256"] = texts_fingerprint(texts)  # the content, whatever the corpus is called
-    prefix, suffix = special_template(tokenizer) if special_tokens == "keep" else ([], [])
+    corpus_key["texts_sha256"] = texts_fingerprint(
+        texts
+    )  # the content, whatever the corpus is called
+    prefix, suffix = (
+        special_template(tokenizer) if special_tokens == "keep" else ([], [])
+    )
     if n < len(prefix) + len(suffix) + 1:
-        raise ValueError(f"n={n} leaves no room for text between the {len(prefix) + len(suffix)} special tokens: "
-                         f"use n > {len(prefix) + len(suffix)} or special_tokens='drop'")
+        raise ValueError(
+            f"n={n} leaves no room for text between the {len(prefix) + len(suffix)} "
+            f"special tokens: use n > {len(prefix) + len(suffix)} or "
+            "special_tokens='drop'"
+        )
     V = len(tokenizer)
-    params = dict(n=n, V=V, special_tokens=special_tokens, align=align, corpus=corpus_key,
-                  tokenizer=getattr(tokenizer, "name_or_path", type(tokenizer).__name__),
-                  tokenizer_sha=_tokenizer_fingerprint(tokenizer), version=CACHE_VERSION)
+    params = dict(
+        n=n,
+        V=V,
+        special_tokens=special_tokens,
+        align=align,
+        corpus=corpus_key,
+        tokenizer=getattr(tokenizer, "name_or_path", type(tokenizer).__name__),
+        tokenizer_sha=_tokenizer_fingerprint(tokenizer),
+        version=CACHE_VERSION,
+    )
     path = cache_path("marginals", cache_key(**params), ".npz")
     if cache and path.is_file():
         result = PositionalMarginals.load(path)
     else:
-        result = _count_texts(texts, tokenizer, n, V, prefix, suffix, align, batch_size, buffer_tokens, params)
+        result = _count_texts(
+            texts,
+            tokenizer,
+            n,
+            V,
+            prefix,
+            suffix,
+            align,
+            batch_size,
+            buffer_tokens,
+            params,
+        )
         if cache:
             result.save(path)
     return _apply_min_count(result, min_count)
 
 
-def _count_texts(texts, tokenizer, n, V, prefix, suffix, align, batch_size, buffer_tokens, params):
+def _count_texts(
+    texts, tokenizer, n, V, prefix, suffix, align, batch_size, buffer_tokens, params
+):
     encode = _Encoder(tokenizer)
     counter = _Counter(n, V, buffer_tokens)
     extra = len(prefix) + len(suffix)
-    for start in progress(range(0, len(texts), batch_size), desc="counting tokens per position",
-                          total=-(-len(texts) // batch_size)):
+    for start in progress(
+        range(0, len(texts), batch_size),
+        desc="counting tokens per position",
+        total=-(-len(texts) // batch_size),
+    ):
         ids, lengths = encode(texts[start : start + batch_size])
-        pos, mask, special_pos, special_ids, model_len = _positions(lengths, n, prefix, suffix, align)
-        counter.add(np.concatenate([pos[mask], *special_pos]), np.concatenate([ids[mask], *special_ids]),
-                    model_len, lengths + extra)
+        pos, mask, special_pos, special_ids, model_len = _positions(
+            lengths, n, prefix, suffix, align
+        )
+        counter.add(
+            np.concatenate([pos[mask], *special_pos]),
+            np.concatenate([ids[mask], *special_ids]),
+            model_len,
+            lengths + extra,
+        )
     return counter.result(params)
 
 
-def marginals_from_ids(ids: np.ndarray, V: int, n: int | None = None) -> PositionalMarginals:
-    """Positional counts of equal-length token-id sequences (an N x L array), e.g. a synthetic corpus.
+def marginals_from_ids(
+    ids: np.ndarray, V: int, n: int | None = None
+) -> PositionalMarginals:
+    """Positional counts of equal-length token-id sequences (an N x L array), e.g. a
+    synthetic corpus.
 
     Chapter: *MDS optimality*.
     """
     ids = np.asarray(ids)
     if ids.ndim != 2 or ids.size == 0:
-        raise ValueError(f"ids must be a non-empty 2-D array (sequences x positions), got shape {ids.shape}")
+        raise ValueError(
+            "ids must be a non-empty 2-D array (sequences x positions), got shape "
+            f"{ids.shape}"
+        )
     if not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0 or ids.max() >= V:
         raise ValueError(f"ids must be integers in [0, V={V})")
     n = ids.shape[1] if n is None else min(_check_n(n), ids.shape[1])
@@ -367,15 +519,18 @@ def marginals_from_ids(ids: np.ndarray, V: int, n: int | None = None) -> Positio
     return counter.result({"n": n, "V": V, "source": "ids"})
 
 
-def _apply_min_count(result: PositionalMarginals, min_count: int | None) -> PositionalMarginals:
+def _apply_min_count(
+    result: PositionalMarginals, min_count: int | None
+) -> PositionalMarginals:
     if min_count is not None:
         return result.truncate(min_count=min_count)
     empty = np.flatnonzero(result.support == 0)
     if empty.size:
         longest = int(np.flatnonzero(result.length_hist).max(initial=0))
         raise ValueError(
-            f"n={result.n} is longer than any sequence (positions {empty[0]}..{result.n - 1} are never reached; "
-            f"the longest sequence has {longest} tokens): pass n <= {empty[0]}, or min_count=k to keep the "
-            f"positions reached by at least k sequences"
+            f"n={result.n} is longer than any sequence (positions "
+            f"{empty[0]}..{result.n - 1} are never reached; the longest sequence has "
+            f"{longest} tokens): pass n <= {empty[0]}, or min_count=k to keep the "
+            "positions reached by at least k sequences"
         )
     return result

@@ -1,4 +1,5 @@
-"""One figure style for the whole book (chapter: every chapter's figures go through here)."""
+"""One figure style for the whole book (chapter: every chapter's figures go through
+here)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 #: the book's palette (colour-blind safe, Okabe-Ito)
-PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+PALETTE = [
+    "#0072B2",
+    "#D55E00",
+    "#009E73",
+    "#CC79A7",
+    "#E69F00",
+    "#56B4E9",
+    "#F0E442",
+    "#000000",
+]
 #: one colour per corpus, the same in every chapter
 CORPUS_COLORS = {"sst2": PALETTE[0], "imdb": PALETTE[1], "synthetic": PALETTE[2]}
 
@@ -34,13 +44,20 @@ STYLE = {
 
 
 def use_book_style() -> None:
-    """Apply the book's matplotlib style (idempotent). Chapter: every chapter (its figures)."""
+    """Apply the book's matplotlib style (idempotent). Chapter: every chapter
+    (its figures)."""
     mpl.rcParams.update(STYLE)
 
 
-def figure(nrows: int = 1, ncols: int = 1, width: float = 7.0, height: float | None = None,
-           **kwargs: Any) -> tuple[plt.Figure, Any]:
-    """A new figure in the book's style; ``height`` defaults to a per-row height of 3.2 inches.
+def figure(
+    nrows: int = 1,
+    ncols: int = 1,
+    width: float = 7.0,
+    height: float | None = None,
+    **kwargs: Any,
+) -> tuple[plt.Figure, Any]:
+    """A new figure in the book's style; ``height`` defaults to a per-row height of 3.2
+    inches.
 
     Chapter: every chapter (its figures).
     """
@@ -49,16 +66,36 @@ def figure(nrows: int = 1, ncols: int = 1, width: float = 7.0, height: float | N
     return plt.subplots(nrows, ncols, figsize=(width, height), **kwargs)
 
 
-def heatmap(ax: plt.Axes, M: np.ndarray, title: str = "", label: str = "", vmin: float | None = None,
-            vmax: float | None = None, cmap: str = "viridis", extent_start: int = 0) -> Any:
+def heatmap(
+    ax: plt.Axes,
+    M: np.ndarray,
+    title: str = "",
+    label: str = "",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    cmap: str = "viridis",
+    extent_start: int = 0,
+) -> Any:
     """An n x n matrix indexed by positions, with a colour bar.
 
     Chapter: *Positions in real text* (also *Positions layer by layer*).
     """
     M = np.asarray(M)
     n = M.shape[0]
-    im = ax.imshow(M, vmin=vmin, vmax=vmax, cmap=cmap, origin="upper", interpolation="nearest",
-                   extent=(extent_start - 0.5, extent_start + n - 0.5, extent_start + n - 0.5, extent_start - 0.5))
+    im = ax.imshow(
+        M,
+        vmin=vmin,
+        vmax=vmax,
+        cmap=cmap,
+        origin="upper",
+        interpolation="nearest",
+        extent=(
+            extent_start - 0.5,
+            extent_start + n - 0.5,
+            extent_start + n - 0.5,
+            extent_start - 0.5,
+        ),
+    )
     ax.grid(False)
     ax.set_xlabel("position j")
     ax.set_ylabel("position i")

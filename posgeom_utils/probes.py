@@ -2,12 +2,13 @@
 
 Chapter: *Positions layer by layer*.
 
-For every layer ``l`` (``0`` = the embeddings output, then one per transformer block) and position ``i``,
-``means[l, i]`` is the average hidden state at position ``i`` over the sequences that reach it (padding is
-never counted). Texts are run in batches with length bucketing (sorted by tokenized length, each batch
-padded only to its own longest sequence), under ``torch.inference_mode``. Memory does not grow with the
-corpus: only running sums of shape ``(layers + 1, n, d)`` and counts ``(n,)`` are kept (plus one integer
-length per text for the sort).
+For every layer ``l`` (``0`` = the embeddings output, then one per transformer block)
+and position ``i``, ``means[l, i]`` is the average hidden state at position ``i`` over
+the sequences that reach it (padding is never counted). Texts are run in batches with
+length bucketing (sorted by tokenized length, each batch padded only to its own longest
+sequence), under ``torch.inference_mode``. Memory does not grow with the corpus: only
+running sums of shape ``(layers + 1, n, d)`` and counts ``(n,)`` are kept (plus one
+integer length per text for the sort).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ CENTRES = ("none", "global")
 
 @dataclass
 class LayerMeans:
-    """Mean hidden state per layer and position: ``means`` is ``(layers + 1, n', d)`` float64.
+    """Mean hidden state per layer and position: ``means`` is ``(layers + 1, n', d)``
+    float64.
 
     Chapter: *Positions layer by layer*.
     """
@@ -38,7 +40,8 @@ class LayerMeans:
 
     @property
     def num_layers(self) -> int:
-        """Number of hidden-state layers, embeddings output included. Chapter: *Positions layer by layer*."""
+        """Number of hidden-state layers, embeddings output included.
+        Chapter: *Positions layer by layer*."""
         return self.means.shape[0]
 
     @property
@@ -50,25 +53,42 @@ class LayerMeans:
         return self.means.shape[1]
 
     def merge(self, other: "LayerMeans") -> "LayerMeans":
-        """The means over both runs' texts (count-weighted), on the positions both reach.
+        """The means over both runs' texts (count-weighted), on the positions both
+        reach.
 
-        Both must be uncentred (``centre="none"``): probe disjoint parts of a corpus separately (for a
-        stability check, or on several machines) and merge them. Chapter: *Positions layer by layer*.
+        Both must be uncentred (``centre="none"``): probe disjoint parts of a corpus
+        separately (for a stability check, or on several machines) and merge them.
+        Chapter: *Positions layer by layer*.
         """
         if self.centre != "none" or other.centre != "none":
-            raise ValueError("merge needs uncentred means: probe with centre='none', then call centred()")
-        if self.means.shape[0] != other.means.shape[0] or self.means.shape[2] != other.means.shape[2]:
-            raise ValueError(f"cannot merge means of shapes {self.means.shape} and {other.means.shape}: "
-                             f"probe the same model")
+            raise ValueError(
+                "merge needs uncentred means: probe with centre='none', then call "
+                "centred()"
+            )
+        if (
+            self.means.shape[0] != other.means.shape[0]
+            or self.means.shape[2] != other.means.shape[2]
+        ):
+            raise ValueError(
+                f"cannot merge means of shapes {self.means.shape} and "
+                f"{other.means.shape}: probe the same model"
+            )
         k = min(self.n, other.n)
         a, b = self.counts[:k], other.counts[:k]
         total = a + b
-        means = (self.means[:, :k] * a[None, :, None] + other.means[:, :k] * b[None, :, None]) / total[None, :, None]
-        params = dict(self.params, num_texts=self.params.get("num_texts", 0) + other.params.get("num_texts", 0))
+        means = (
+            self.means[:, :k] * a[None, :, None] + other.means[:, :k] * b[None, :, None]
+        ) / total[None, :, None]
+        params = dict(
+            self.params,
+            num_texts=self.params.get("num_texts", 0)
+            + other.params.get("num_texts", 0),
+        )
         return LayerMeans(means=means, counts=total, centre="none", params=params)
 
     def centred(self) -> "LayerMeans":
-        """A copy with each layer's count-weighted mean over positions subtracted (``centre="global"``).
+        """A copy with each layer's count-weighted mean over positions subtracted
+        (``centre="global"``).
 
         Chapter: *Positions layer by layer*.
         """
@@ -76,36 +96,63 @@ class LayerMeans:
             return self
         weights = self.counts / self.counts.sum()
         means = self.means - np.einsum("i,lid->ld", weights, self.means)[:, None, :]
-        return LayerMeans(means=means, counts=self.counts.copy(), centre="global", params=dict(self.params, centre="global"))
+        return LayerMeans(
+            means=means,
+            counts=self.counts.copy(),
+            centre="global",
+            params=dict(self.params, centre="global"),
+        )
 
 
 def _max_positions(model: Any) -> int | None:
     config = getattr(model, "config", None)
     value = getattr(config, "max_position_embeddings", None)
-    return int(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else None
+    return (
+        int(value)
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+        else None
+    )
 
 
-def positional_hidden_means(model: Any, tokenizer: Any, texts: Corpus | Sequence[str], n: int,
-                            batch_size: int = 64, special_tokens: bool = True, device: str = "auto",
-                            centre: str = "none") -> LayerMeans:
-    """Average the hidden states of ``model`` at positions ``0..n-1`` over ``texts``, for every layer.
+def positional_hidden_means(
+    model: Any,
+    tokenizer: Any,
+    texts: Corpus | Sequence[str],
+    n: int,
+    batch_size: int = 64,
+    special_tokens: bool = True,
+    device: str = "auto",
+    centre: str = "none",
+) -> LayerMeans:
+    """Average the hidden states of ``model`` at positions ``0..n-1`` over ``texts``,
+    for every layer.
 
-    Texts are tokenized (with the model's special tokens when ``special_tokens``) and truncated to ``n``
-    tokens; the model must return ``hidden_states`` when called with ``output_hidden_states=True``.
-    Positions that no sequence reaches are dropped (``counts`` says how many sequences reach each kept
-    one). ``centre="global"`` subtracts, per layer, the mean over positions weighted by ``counts`` (the
-    mean hidden state over all tokens), so each layer's count-weighted position mean is zero;
+    Texts are tokenized (with the model's special tokens when ``special_tokens``) and
+    truncated to ``n`` tokens; the model must return ``hidden_states`` when called with
+    ``output_hidden_states=True``. Positions that no sequence reaches are dropped
+    (``counts`` says how many sequences reach each kept one). ``centre="global"``
+    subtracts, per layer, the mean over positions weighted by ``counts`` (the mean
+    hidden state over all tokens), so each layer's count-weighted position mean is zero;
     ``"none"`` leaves the means as they are. Chapter: *Positions layer by layer*.
     """
     import torch
 
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be a positive integer (the number of positions), got {n!r}")
+        raise ValueError(
+            f"n must be a positive integer (the number of positions), got {n!r}"
+        )
     n = int(n)
     limit = _max_positions(model)
     if limit is not None and n > limit:
-        raise ValueError(f"n={n} exceeds the model's max_position_embeddings={limit}: use n <= {limit}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(
+            f"n={n} exceeds the model's max_position_embeddings={limit}: use n <= "
+            f"{limit}"
+        )
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, (int, np.integer))
+        or batch_size < 1
+    ):
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     if centre not in CENTRES:
         raise ValueError(f"centre must be one of {CENTRES}, got {centre!r}")
@@ -113,40 +160,65 @@ def positional_hidden_means(model: Any, tokenizer: Any, texts: Corpus | Sequence
     dev = select_device(device)
     model = model.to(dev)
 
-    enc_kwargs = dict(add_special_tokens=bool(special_tokens), truncation=True, max_length=n)
+    enc_kwargs = dict(
+        add_special_tokens=bool(special_tokens), truncation=True, max_length=n
+    )
     lengths = np.fromiter(
-        (len(ids) for start in range(0, len(texts), 1024)
-         for ids in tokenizer(texts[start : start + 1024], **enc_kwargs)["input_ids"]),
-        dtype=np.int64, count=len(texts))
+        (
+            len(ids)
+            for start in range(0, len(texts), 1024)
+            for ids in tokenizer(texts[start : start + 1024], **enc_kwargs)["input_ids"]
+        ),
+        dtype=np.int64,
+        count=len(texts),
+    )
     order = np.argsort(lengths, kind="stable")
 
     sums = None  # (layers + 1, n, d) float64 on dev
     counts = torch.zeros(n, dtype=torch.float64, device=dev)
     batches = range(0, len(texts), batch_size)
     with torch.inference_mode():
-        for start in progress(batches, desc="hidden states per position", total=len(batches)):
+        for start in progress(
+            batches, desc="hidden states per position", total=len(batches)
+        ):
             batch = [texts[i] for i in order[start : start + batch_size]]
             enc = tokenizer(batch, padding="longest", return_tensors="pt", **enc_kwargs)
             enc = {k: v.to(dev) for k, v in enc.items()}
             outputs = model(**enc, output_hidden_states=True)
             hidden = getattr(outputs, "hidden_states", None)
             if hidden is None:
-                raise ValueError(f"model {type(model).__name__} returned no hidden_states with "
-                                 f"output_hidden_states=True: pass a Hugging Face encoder (e.g. AutoModel) "
-                                 f"that supports output_hidden_states")
+                raise ValueError(
+                    f"model {type(model).__name__} returned no hidden_states with "
+                    "output_hidden_states=True: pass a Hugging Face encoder (e.g. "
+                    "AutoModel) that supports output_hidden_states"
+                )
             mask = enc["attention_mask"]  # (B, T)
             T = mask.shape[1]
             if sums is None:
-                sums = torch.zeros(len(hidden), n, hidden[0].shape[-1], dtype=torch.float64, device=dev)
+                sums = torch.zeros(
+                    len(hidden), n, hidden[0].shape[-1], dtype=torch.float64, device=dev
+                )
             weights = mask.to(hidden[0].dtype)
-            for layer, h in enumerate(hidden):  # one masked sum over the batch per layer, then float64
-                sums[layer, :T] += torch.einsum("bt,btd->td", weights, h).to(torch.float64)
+            for layer, h in enumerate(
+                hidden
+            ):  # one masked sum over the batch per layer, then float64
+                sums[layer, :T] += torch.einsum("bt,btd->td", weights, h).to(
+                    torch.float64
+                )
             counts[:T] += mask.sum(0).to(torch.float64)
 
     counts_np = counts.cpu().numpy().round().astype(np.int64)
     keep = np.flatnonzero(counts_np > 0)
     means = sums.cpu().numpy()[:, keep] / counts_np[keep][None, :, None]
-    params = dict(n=n, batch_size=int(batch_size), special_tokens=bool(special_tokens), centre="none",
-                  num_texts=len(texts), model=getattr(getattr(model, "config", None), "_name_or_path", None))
-    result = LayerMeans(means=means, counts=counts_np[keep], centre="none", params=params)
+    params = dict(
+        n=n,
+        batch_size=int(batch_size),
+        special_tokens=bool(special_tokens),
+        centre="none",
+        num_texts=len(texts),
+        model=getattr(getattr(model, "config", None), "_name_or_path", None),
+    )
+    result = LayerMeans(
+        means=means, counts=counts_np[keep], centre="none", params=params
+    )
     return result.centred() if centre == "global" else result

@@ -8,14 +8,21 @@ import random
 import numpy as np
 
 
-def seed_everything(seed: int = 0, deterministic_torch: bool = True) -> np.random.Generator:
-    """Seed Python, NumPy and (if installed) PyTorch, and return a fresh NumPy ``Generator``.
+def seed_everything(
+    seed: int = 0, deterministic_torch: bool = True
+) -> np.random.Generator:
+    """Seed Python, NumPy and (if installed) PyTorch, and return a fresh NumPy
+    ``Generator``.
 
     ``deterministic_torch`` asks PyTorch for deterministic kernels where they exist
     (``warn_only``, so an operation without one still runs).
     Chapter: every chapter (its set-up cell; first in *Positions in real text*).
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
+    if (
+        isinstance(seed, bool)
+        or not isinstance(seed, (int, np.integer))
+        or not 0 <= seed < 2**63
+    ):
         raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
     seed = int(seed)
     os.environ["PYTHONHASHSEED"] = str(seed)

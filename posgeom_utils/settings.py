@@ -1,4 +1,5 @@
-"""Where things live, how chatty the helpers are and how many threads they use (environment variables, one place).
+"""Where things live, how chatty the helpers are and how many threads they use
+(environment variables, one place).
 
 Chapter: *How this book is built* (README) and every chapter's set-up cell.
 
@@ -31,26 +32,30 @@ DATA_ENV = "POSGEOM_DATA_DIR"
 CACHE_ENV = "POSGEOM_CACHE_DIR"
 PROGRESS_ENV = "POSGEOM_PROGRESS"
 BLAS_THREADS_ENV = "POSGEOM_BLAS_THREADS"
-#: BLAS threads when ``POSGEOM_BLAS_THREADS`` is unset (the 2-core machines this book is built on)
+#: BLAS threads when ``POSGEOM_BLAS_THREADS`` is unset (the 2-core machines this book
+#: is built on)
 DEFAULT_BLAS_THREADS = 1
 
 
 def cache_dir() -> Path:
-    """The on-disk cache folder (created on demand). Chapter: *How this book is built* (README)."""
+    """The on-disk cache folder (created on demand). Chapter: *How this book is built*
+    (README)."""
     path = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "posgeom")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def progress_enabled() -> bool:
-    """False when ``POSGEOM_PROGRESS=0`` (or ``TQDM_DISABLE`` is set). Chapter: every chapter (progress bars)."""
+    """False when ``POSGEOM_PROGRESS=0`` (or ``TQDM_DISABLE`` is set). Chapter: every
+    chapter (progress bars)."""
     if os.environ.get("TQDM_DISABLE"):
         return False
     return os.environ.get(PROGRESS_ENV, "1") not in {"0", "false", "False", "no"}
 
 
 def progress(iterable: Iterable[Any] | None = None, **kwargs: Any) -> tqdm:
-    """A tqdm bar that obeys ``POSGEOM_PROGRESS``. Chapter: every chapter (first in *Positions in real text*)."""
+    """A tqdm bar that obeys ``POSGEOM_PROGRESS``. Chapter: every chapter (first in
+    *Positions in real text*)."""
     kwargs.setdefault("disable", not progress_enabled())
     kwargs.setdefault("leave", False)
     return tqdm(iterable, **kwargs)
@@ -68,8 +73,9 @@ def hub_offline() -> bool:
 
 
 def blas_thread_limit() -> int | None:
-    """BLAS threads from ``POSGEOM_BLAS_THREADS``: an integer >= 1, ``None`` for the library's default
-    (``0`` or ``default``), :data:`DEFAULT_BLAS_THREADS` when unset. Chapter: *How this book is built* (README).
+    """BLAS threads from ``POSGEOM_BLAS_THREADS``: an integer >= 1, ``None`` for the
+    library's default (``0`` or ``default``), :data:`DEFAULT_BLAS_THREADS` when unset.
+    Chapter: *How this book is built* (README).
     """
     value = os.environ.get(BLAS_THREADS_ENV, "").strip()
     if not value:
@@ -81,16 +87,20 @@ def blas_thread_limit() -> int | None:
     except ValueError:
         threads = 0
     if threads < 1:
-        raise ValueError(f"{BLAS_THREADS_ENV}={value!r} is not a thread count: set it to an integer >= 1, "
-                         f"or to 0 / 'default' for the BLAS library's own choice")
+        raise ValueError(
+            f"{BLAS_THREADS_ENV}={value!r} is not a thread count: set it to an integer "
+            ">= 1, or to 0 / 'default' for the BLAS library's own choice"
+        )
     return threads
 
 
 @contextlib.contextmanager
 def blas_threads() -> Iterator[None]:
-    """Limit BLAS to :func:`blas_thread_limit` threads inside the block (nothing when that is ``None``).
+    """Limit BLAS to :func:`blas_thread_limit` threads inside the block (nothing when
+    that is ``None``).
 
-    Chapter: *How this book is built* (README); used by :func:`~posgeom_utils.geometry.classical_mds`.
+    Chapter: *How this book is built* (README); used by
+    :func:`~posgeom_utils.geometry.classical_mds`.
     """
     limit = blas_thread_limit()
     if limit is None:

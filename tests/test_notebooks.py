@@ -7,6 +7,7 @@ and compares the outputs of the cells tagged ``nbval-check-output``.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import jupytext
@@ -103,3 +104,70 @@ def test_smoke_profile_is_known() -> None:
         chapter_parameters(CHAPTERS[0], "huge")
     with pytest.raises(ValueError, match="chapter"):
         chapter_parameters("no_such_chapter", "smoke")
+
+
+# --------------------------------------------------------------------------- the page shows the code it explains
+
+PAGE_WIDTH = 88  # characters of a code block that fit the book's text column without scrolling
+HIDDEN = {"remove-cell", "remove-input"}
+INCLUDE = re.compile(r"```\{literalinclude\} \.\./(posgeom_utils/\w+\.py)\n((?::[\w-]+:.*\n)*)")
+
+
+def included_objects(text: str) -> list[tuple[str, str]]:
+    """(file, dotted object) of every ``literalinclude`` of the science package in a chapter source."""
+    found = []
+    for match in INCLUDE.finditer(text):
+        obj = re.search(r":pyobject: (\S+)", match.group(2))
+        assert obj, f"literalinclude of {match.group(1)} without :pyobject: shows a whole module"
+        found.append((match.group(1), obj.group(1)))
+    return found
+
+
+def object_lines(path: Path, dotted: str) -> list[str]:
+    """The source lines of ``dotted`` (``f``, ``Class.method``) in ``path``, dedented, as Sphinx shows them."""
+    lines = path.read_text().splitlines()
+    body = ast.parse("\n".join(lines)).body
+    node = None
+    for part in dotted.split("."):
+        node = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == part), None)
+        assert node is not None, f"{path.name} has no {dotted}: the chapter's literalinclude shows nothing"
+        body = node.body
+    start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+    chunk = lines[start - 1:node.end_lineno]
+    indent = min(len(line) - len(line.lstrip()) for line in chunk if line.strip())
+    return [line[indent:] for line in chunk]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_shows_the_package_code_it_relies_on(chapter: str) -> None:
+    objects = included_objects((ROOT / "notebooks" / f"{chapter}.md").read_text())
+    assert len(objects) >= 2, f"{chapter} shows no implementation from posgeom_utils (literalinclude :pyobject:)"
+    for file, dotted in objects:
+        wide = [line for line in object_lines(ROOT / file, dotted) if len(line) > PAGE_WIDTH]
+        assert not wide, f"{chapter}: {file}:{dotted} has lines wider than {PAGE_WIDTH}: {wide[:2]}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_no_hidden_cell_defines_a_function_and_visible_code_fits(chapter: str) -> None:
+    nb = jupytext.read(ROOT / "notebooks" / f"{chapter}.md")
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        tags = set(cell.metadata.get("tags", []))
+        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        if tags & HIDDEN:
+            defs = [n.name for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+            assert not defs, f"{chapter}: a hidden cell defines {defs}; show it (hide-input at most)"
+        else:
+            wide = [line for line in cell.source.splitlines() if len(line) > PAGE_WIDTH]
+            assert not wide, f"{chapter}: visible code wider than {PAGE_WIDTH}: {wide[:2]}"
+
+
+def test_the_code_checks_can_fail(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("class A:\n    def f(self):\n        return 1  " + "#" * 100 + "\n")
+    assert max(map(len, object_lines(module, "A.f"))) > PAGE_WIDTH
+    with pytest.raises(AssertionError, match="no A.g"):
+        object_lines(module, "A.g")
+    assert included_objects("```{literalinclude} ../posgeom_utils/geometry.py\n:language: python\n"
+                            ":pyobject: stress\n```\n") == [("posgeom_utils/geometry.py", "stress")]
