@@ -1,6 +1,7 @@
 # posgeom: two commands build the executed book and run the tests (see README.md).
 #   make book POSGEOM_DATA_DIR=/path/to/data     environment (.venv) + strict, executed book in _build/html
 #   make test POSGEOM_DATA_DIR=/path/to/data     the book (cached) + unit, property and notebook tests
+#   make pdf / make student                       the PDF edition / the student notebooks (README, Editions)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,7 +11,7 @@ export POSGEOM_DATA_DIR
 export POSGEOM_CACHE_DIR ?= $(CURDIR)/.cache/posgeom
 PYTEST_ARGS ?=
 
-.PHONY: env book test references bench clean
+.PHONY: env book test references student pdf bench clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +31,14 @@ test: book
 # re-execute every chapter with the smoke profile into tests/notebooks/*.ipynb (the nbval references)
 references: env
 	POSGEOM_PROGRESS=0 $(PY) scripts/make_references.py
+
+# the student edition: student/<chapter>.ipynb, solutions removed, outputs cleared, smoke profile
+student: env
+	$(PY) scripts/make_student.py
+
+# the whole book as one PDF (_build/pdf/book.pdf): single-page HTML printed by headless Chromium
+pdf: book
+	$(PY) scripts/make_pdf.py
 
 bench: env
 	POSGEOM_PROGRESS=0 $(PY) benchmarks/bench_marginals.py
