@@ -138,7 +138,7 @@ _REPORT = """() => {
     empty_glue: Array.from(document.querySelectorAll("span.pasted-text")).filter(e => !e.textContent.trim()).length,
     wide_code: Array.from(document.querySelectorAll("div.highlight pre"))
       .filter(e => e.offsetParent !== null && e.scrollWidth > e.clientWidth + 1)
-      .map(e => short(e.textContent.split("\n").reduce((a, b) => (b.length > a.length ? b : a), ""))),
+      .map(e => short(e.textContent.split("\\n").reduce((a, b) => (b.length > a.length ? b : a), ""))),
   };
 }"""
 
