@@ -390,7 +390,6 @@ def positional_mechanism(config: Any) -> PositionalMechanism:
     if not (is_rope or is_alibi):
         return PositionalMechanism("learned")
     heads = config_int(config, "num_attention_heads", "n_heads", "n_head", "num_heads")
-    kind = "alibi" if is_alibi else "rope"
     if heads is None:
         raise ValueError(
             f"config (model_type={model_type!r}) names no number of attention heads, "

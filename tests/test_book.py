@@ -11,20 +11,12 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
+from booktools import toc_files  # tests/ is on sys.path under pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 CHAPTERS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.md"))
 
-
-def toc_files() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-    for part in toc.get("parts", []):
-        files += [c["file"] for c in part["chapters"]]
-    files += [c["file"] for c in toc.get("chapters", [])]
-    return files
 
 
 def page(name: str) -> str:

@@ -25,12 +25,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+from booktools import toc_files, unavailable  # tests/ is on sys.path under pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = Path(os.environ.get("POSGEOM_BOOK_HTML", ROOT / "_build" / "html")).resolve()
 SCREENSHOTS = Path(os.environ.get("POSGEOM_SCREENSHOTS", HTML.parent / "screenshots"))
-REQUIRE = os.environ.get("POSGEOM_REQUIRE_BOOK") == "1"
 PAGE_TIMEOUT_MS = 60_000
 
 _spec = importlib.util.spec_from_file_location("posgeom_browser", ROOT / "scripts" / "browser.py")
@@ -38,19 +37,6 @@ browser_helpers = sys.modules.setdefault("posgeom_browser", importlib.util.modul
 _spec.loader.exec_module(browser_helpers)
 
 
-def toc_files() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-    for part in toc.get("parts", []):
-        files += [c["file"] for c in part["chapters"]]
-    files += [c["file"] for c in toc.get("chapters", [])]
-    return files
-
-
-def unavailable(reason: str) -> None:
-    if REQUIRE:
-        pytest.fail(f"{reason} (POSGEOM_REQUIRE_BOOK=1)")
-    pytest.skip(reason)
 
 
 # ---------------------------------------------------------------------------------------------- the source

@@ -22,30 +22,16 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-import yaml
+from booktools import toc_files, unavailable  # tests/ is on sys.path under pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 PDF_ENV = "POSGEOM_BOOK_PDF"
 PDF = Path(os.environ.get(PDF_ENV, ROOT / "_build" / "pdf" / "book.pdf"))
-REQUIRE = os.environ.get("POSGEOM_REQUIRE_BOOK") == "1"
 MAKE_PDF_TIMEOUT_S = 1200
 PAGES_PER_TOC_PAGE = 4  # the default book prints ~15 pages per chapter; fewer means something was dropped
 
 
-def unavailable(reason: str) -> None:
-    if REQUIRE:
-        pytest.fail(f"{reason} (POSGEOM_REQUIRE_BOOK=1)")
-    pytest.skip(reason)
-
-
-def toc_files() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-    for part in toc.get("parts", []):
-        files += [c["file"] for c in part["chapters"]]
-    files += [c["file"] for c in toc.get("chapters", [])]
-    return files
 
 
 def sources() -> list[Path]:

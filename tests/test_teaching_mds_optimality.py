@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+import booktools  # tests/ is on sys.path under pytest
 
 from posgeom_utils.corpus import synthetic_corpus, synthetic_mu
 from posgeom_utils.encodings import alibi, sinusoidal
@@ -30,11 +31,8 @@ D_WIDTH = 32  # the encoding width d of the small instance
 
 
 def solution_code(label: str, block: int = 0) -> str:
-    """The ``block``-th fenced python block of the worked solution of exercise ``label``."""
-    text = CHAPTER.read_text()
-    match = re.search(rf"````{{solution}} {re.escape(label)}\n(.*?)\n````\n", text, re.S)
-    assert match, f"no solution block for {label}"
-    return re.findall(r"```python\n(.*?)```", match.group(1), re.S)[block]
+    """The ``block``-th python block of the worked solution ``label`` in this chapter."""
+    return booktools.solution_code(CHAPTER, label, block)
 
 
 @pytest.fixture(scope="module")

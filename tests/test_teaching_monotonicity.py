@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+import booktools  # tests/ is on sys.path under pytest
 
 from posgeom_utils.corpus import synthetic_mu
 from posgeom_utils.geometry import hellinger_distances, monotonicity_violation_rate
@@ -25,14 +26,9 @@ CHAPTER = Path(__file__).resolve().parents[1] / "notebooks" / "monotonicity.md"
 N, WIDTH, SEED = 12, 3, 0
 
 
-def solution_code(label: str) -> str:
-    """The first python block of the worked solution ``label`` in the chapter."""
-    text = CHAPTER.read_text()
-    block = re.search(r"````\{solution\} " + re.escape(label) + r"\n(.*?)\n````", text, re.DOTALL)
-    assert block, f"no solution {label} in {CHAPTER.name}"
-    code = re.search(r"```python\n(.*?)```", block.group(1), re.DOTALL)
-    assert code, f"the solution {label} has no python block"
-    return code.group(1)
+def solution_code(label: str, block: int = 0) -> str:
+    """The ``block``-th python block of the worked solution ``label`` in this chapter."""
+    return booktools.solution_code(CHAPTER, label, block)
 
 
 def run_solution(label: str, **chapter_variables) -> object:

@@ -8,11 +8,12 @@ without raising, and no verdict shows the expected value.
 from __future__ import annotations
 
 import random
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+import booktools  # tests/ is on sys.path under pytest
 
 from posgeom_utils.marginals import PositionalMarginals, positional_marginals
 from posgeom_utils.teaching import Verdict
@@ -26,12 +27,8 @@ WORDS = ["the", "a", "film", "movie", "is", "was", "not", "good", "bad", "great"
 
 
 def solution_code(label: str, block: int = 0) -> str:
-    """The ``block``-th fenced python block of the worked solution of exercise ``label``."""
-    text = CHAPTER.read_text()
-    match = re.search(rf"````{{solution}} {re.escape(label)}\n(.*?)\n````\n", text, re.S)
-    assert match, f"no solution block for {label}"
-    blocks = re.findall(r"```python\n(.*?)```", match.group(1), re.S)
-    return blocks[block]
+    """The ``block``-th python block of the worked solution ``label`` in this chapter."""
+    return booktools.solution_code(CHAPTER, label, block)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ environment; not the machinery, and not the git commit) is skipped. The commit i
 from __future__ import annotations
 
 import ast
-import hashlib
 import importlib.metadata
 import json
 import os

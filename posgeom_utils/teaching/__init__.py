@@ -11,13 +11,12 @@ that invalidates executed chapters (``posgeom_utils.repro.sources``): a check ca
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Verdict", "verdict", "close"]
+__all__ = ["Verdict", "verdict", "close", "as_floats"]
 
 
 @dataclass(frozen=True)
@@ -64,3 +63,12 @@ def close(answer: Any, expected: Any, rtol: float = 1e-6, atol: float = 1e-9) ->
         return False
     return bool(np.allclose(a, e, rtol=rtol, atol=atol))
 
+
+def as_floats(answer: Any) -> np.ndarray | None:
+    """``answer`` as a float64 array when it holds (integer or real) numbers; None otherwise (text,
+    booleans, ragged lists, other objects). Chapter: every chapter's *Exercises*."""
+    try:
+        values = np.asarray(answer)
+    except Exception:  # noqa: BLE001 - ragged or exotic answers are simply not numbers
+        return None
+    return values.astype(np.float64) if values.dtype.kind in "iuf" else None

@@ -14,19 +14,10 @@ import numpy as np
 
 from ..encodings import sinusoidal
 from ..geometry import best_scale, classical_mds, pairwise_distances, stress
-from . import Verdict, close, verdict
+from . import Verdict, as_floats, close, verdict
 
 __all__ = ["check_rank", "check_best_scale"]
 
-
-def _floats(answer: Any) -> np.ndarray | None:
-    """``answer`` as a float64 array when it holds (integer or real) numbers; None otherwise (text,
-    booleans, ragged lists, other objects)."""
-    try:
-        values = np.asarray(answer)
-    except Exception:
-        return None
-    return values.astype(np.float64) if values.dtype.kind in "iuf" else None
 
 
 def check_rank(answer: Any, D: np.ndarray) -> Verdict:
@@ -39,7 +30,7 @@ def check_rank(answer: Any, D: np.ndarray) -> Verdict:
     if answer is None:
         return verdict(label, None)
     expected = classical_mds(D).effective_rank
-    value = _floats(answer)
+    value = as_floats(answer)
     if value is None or value.shape != ():
         return verdict(label, False, f"Expected a single integer (a rank); got "
                                      f"{type(answer).__name__}.")
@@ -62,7 +53,7 @@ def check_best_scale(answer: Any, D: np.ndarray, d: int) -> Verdict:
     P = sinusoidal(np.asarray(D).shape[0], d)
     s_star = best_scale(pairwise_distances(P), D)
     fitted = stress(P, D, "fitted")
-    values = _floats(answer)
+    values = as_floats(answer)
     if values is None or values.shape != (2,):
         return verdict(label, False, "Expected a pair (s_star, fitted_stress) of two numbers; got "
                                      f"{type(answer).__name__}.")

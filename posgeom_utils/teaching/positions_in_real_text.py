@@ -12,19 +12,10 @@ from typing import Any
 import numpy as np
 
 from ..marginals import PositionalMarginals
-from . import Verdict, close, verdict
+from . import Verdict, as_floats, close, verdict
 
 __all__ = ["check_support", "check_perplexity", "check_end_hazard"]
 
-
-def _floats(answer: Any) -> np.ndarray | None:
-    """``answer`` as a float64 array when it holds (integer or real) numbers; None otherwise (text,
-    booleans, ragged lists, other objects)."""
-    try:
-        values = np.asarray(answer)
-    except Exception:
-        return None
-    return values.astype(np.float64) if values.dtype.kind in "iuf" else None
 
 
 def _shape_hint(answer: Any, n: int, what: str) -> str | None:
@@ -52,7 +43,7 @@ def check_support(answer: Any, marginals: PositionalMarginals) -> Verdict:
     hint = _shape_hint(answer, expected.size, "one count per kept position")
     if hint:
         return verdict(label, False, hint)
-    ok = _floats(answer) is not None and close(answer, expected, rtol=0.0, atol=1e-6)
+    ok = as_floats(answer) is not None and close(answer, expected, rtol=0.0, atol=1e-6)
     return verdict(label, ok, "A sequence of length L (special tokens included) occupies positions "
                               "0, ..., L - 1: it reaches i exactly when L > i. Count, for every i, "
                               "the sequences longer than i.")
@@ -71,7 +62,7 @@ def check_perplexity(answer: Any, marginals: PositionalMarginals) -> Verdict:
     hint = _shape_hint(answer, expected.size, "one perplexity per kept position")
     if hint:
         return verdict(label, False, hint)
-    values = _floats(answer)
+    values = as_floats(answer)
     ok = values is not None and close(values, expected, rtol=1e-6, atol=1e-9)
     if not ok and values is not None and np.all(values > 0) and close(
             np.log2(values), np.log(expected), rtol=1e-6, atol=1e-9):
@@ -101,6 +92,6 @@ def check_end_hazard(answer: Any, marginals: PositionalMarginals) -> Verdict:
     if shape != expected.shape:
         return verdict(label, False, "Expected a 1-D array with one share per kept position except the "
                                      f"last (one entry fewer than `marginals[...].n`); got shape {shape}.")
-    ok = _floats(answer) is not None and close(answer, expected, rtol=1e-9, atol=1e-12)
+    ok = as_floats(answer) is not None and close(answer, expected, rtol=1e-9, atol=1e-12)
     return verdict(label, ok, "A sequence ends at i when its [SEP] stands at i, i.e. it reaches i but "
                               "not i + 1. Divide that number of sequences by the number reaching i.")
