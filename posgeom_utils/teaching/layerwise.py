@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from posgeom_utils.geometry import linear_cka
 from posgeom_utils.teaching import Verdict, close, verdict
 
 __all__ = ["check_cka_change", "check_cka_with_input", "cka_change_layers", "cka_with_input"]
@@ -20,8 +21,6 @@ __all__ = ["check_cka_change", "check_cka_with_input", "cka_change_layers", "cka
 def cka_with_input(M: Any, P_in: Any) -> np.ndarray:
     """Linear CKA of every layer's positional matrix ``M[l]`` (``M``: layers, k, d) with the first k
     rows of the input table ``P_in``, layer 0 first. Chapter: *Positions layer by layer*."""
-    from posgeom_utils.geometry import linear_cka
-
     M = np.asarray(M, dtype=np.float64)
     if M.ndim != 3:
         raise ValueError(f"M must be (layers, k, d), got shape {M.shape}")
@@ -32,8 +31,6 @@ def cka_with_input(M: Any, P_in: Any) -> np.ndarray:
 def cka_change_layers(halves: Sequence[Any]) -> list[int]:
     """For each positional stack in ``halves`` (each: layers, k, d), the layer l >= 1 whose linear
     CKA with layer l - 1 is lowest. Chapter: *Positions layer by layer*."""
-    from posgeom_utils.geometry import linear_cka
-
     layers = []
     for M in halves:
         M = np.asarray(M, dtype=np.float64)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from posgeom_utils.geometry import monotonicity_violation_rate
 from posgeom_utils.teaching import Verdict, close, verdict
 
 __all__ = ["BRUTE_FORCE_POSITIONS", "check_brute_force", "check_random_walk", "random_walk_table"]
@@ -46,8 +47,6 @@ def check_brute_force(answer: Any, D: Any) -> Verdict:
     if not _is_number(answer):
         return verdict(label, False, "Give one number, the fraction of violated triplets "
                                      "(a float between 0 and 1), not an array or an object.")
-    from posgeom_utils.geometry import monotonicity_violation_rate
-
     try:
         m = BRUTE_FORCE_POSITIONS
         expected = monotonicity_violation_rate(np.asarray(D, dtype=np.float64)[:m, :m],
@@ -71,8 +70,6 @@ def check_random_walk(answer: Any, n: Any, d: Any, seed: Any) -> Verdict:
     if not _is_number(answer):
         return verdict(label, False, "Give one number, the fraction of violated triplets "
                                      "(a float between 0 and 1), not an array or an object.")
-    from posgeom_utils.geometry import monotonicity_violation_rate
-
     try:
         expected = monotonicity_violation_rate(random_walk_table(n, d, seed)).rate
     except (TypeError, ValueError, OverflowError) as err:
