@@ -4,7 +4,7 @@
    writes the book as one HTML page to ``_build/singlehtml``. It shares the HTML build's doctrees and execution
    cache (``_build/.jupyter_cache``): after ``make book`` no chapter runs again (pages with
    ``execution_mode: force`` do, as in every build) and the single page is written in seconds. sphinx-proof's
-   boxes need the handler fix below to be written by this builder at all.
+   boxes are written by this builder thanks to the book's extension ``book/_ext/posgeom_sphinx_fixes.py``.
 2. That page is served from 127.0.0.1 and printed by headless Chromium (Playwright, ``page.pdf``) once MathJax
    has typeset every formula and every figure has loaded: A4, backgrounds printed, one chapter per page
    break. The print style sheet ``book/_static/print.css`` hides the navigation bars and the code toggles and
@@ -48,35 +48,11 @@ def root_doc() -> str:
     return yaml.safe_load((ROOT / "_toc.yml").read_text())["root"]
 
 
-def singlehtml_handlers_fix() -> None:
-    """Let ``singlehtml`` use every node handler registered for ``html`` (upstream bug, see below).
-
-    sphinx-exercise registers handlers for the ``singlehtml`` builder; Sphinx then no longer falls back to
-    the ``html`` handlers for that builder, and the nodes of sphinx-proof (registered for ``html`` only)
-    crash the build ("departing unknown node type: definition_node"; jupyter-book issue 2322).
-    """
-    from sphinx.registry import SphinxComponentRegistry
-
-    original = SphinxComponentRegistry.create_translator
-    if getattr(original, "_posgeom_fixed", False):
-        return
-
-    def create_translator(self, builder, *args):
-        if builder.name == "singlehtml":
-            single = self.translation_handlers.setdefault("singlehtml", {})
-            for node, handlers in self.translation_handlers.get("html", {}).items():
-                single.setdefault(node, handlers)
-        return original(self, builder, *args)
-
-    create_translator._posgeom_fixed = True
-    SphinxComponentRegistry.create_translator = create_translator
-
-
 def build_singlehtml(config: Path | None, path_output: Path, strict: bool) -> None:
-    """``jupyter-book build . --builder singlehtml`` in this process (so the handler fix applies)."""
+    """``jupyter-book build . --builder singlehtml`` in this process; the book's own extension
+    ``book/_ext/posgeom_sphinx_fixes.py`` gives that builder the ``html`` node handlers it lacks."""
     from jupyter_book.cli.main import main as jupyter_book
 
-    singlehtml_handlers_fix()
     args = ["build", str(ROOT), "--builder", "singlehtml", "--path-output", str(path_output)]
     if config is not None:
         args += ["--config", str(config)]

@@ -343,8 +343,10 @@ def stale_results(results_dir: Path, source_dir: Path | None = None) -> dict[str
         recorded = (read_json(path) or {}).get("provenance", {}).get("source_hash")
         if not source.is_file():
             stale[chapter] = f"no chapter {source} any more"
-        elif recorded != source_hash(source):
-            stale[chapter] = (f"source hash {str(recorded)[:12]} != current {source_hash(source)[:12]}: "
+            continue
+        current = source_hash(source)
+        if recorded != current:
+            stale[chapter] = (f"source hash {str(recorded)[:12]} != current {current[:12]}: "
                               f"rerun `posgeom run --chapters {chapter} --out {Path(results_dir)}`")
     return stale
 
@@ -396,8 +398,8 @@ def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, fl
             values = glued_values(nbformat.read(notebook, as_version=4))
             if not values:
                 raise RuntimeError(
-                    f"the chapter wrote no results: its last cell must call "
-                    f"posgeom_utils.repro.results.save_results() (and it glued no values to fall back on)")
+                    "the chapter wrote no results: its last cell must call "
+                    "posgeom_utils.repro.results.save_results() (and it glued no values to fall back on)")
             declared = {k: v for k, v in plan.declared.items() if v is not ...}
             payload = {"parameters": _jsonable({**declared, **plan.parameters}), "results": values}
             note = " (no save_results: results read from the glued outputs)"
