@@ -334,7 +334,8 @@ def smacof(
     by default.
 
     Classical MDS minimises strain, not stress; SMACOF lowers the stress monotonically
-    from its start, so it never ends above the classical solution.
+    from its start, and the last line returns the start if the solver ever ends
+    higher: "never above the start" holds by construction, not as a finding.
     Chapter: *MDS optimality*.
     """
     from sklearn.manifold import smacof as _smacof
@@ -367,6 +368,119 @@ def is_circulant(D: np.ndarray, atol: float = 1e-10) -> bool:
     n = D.shape[0]
     idx = (np.arange(n)[None, :] - np.arange(n)[:, None]) % n
     return bool(np.allclose(D, D[0][idx], atol=atol))
+
+
+# ------------------------------------------------------------- positions on a line
+
+
+def toeplitz_distances(f: np.ndarray) -> np.ndarray:
+    """The stationary geometry of a line: D_ij = f[|i - j|], from the lag profile
+    ``f`` = (f(0), ..., f(n - 1)) with f(0) = 0.
+
+    Compare :func:`is_circulant`, the stationary geometry of a circle, on which lag
+    n - 1 is also lag 1. Chapter: *MDS optimality*.
+    """
+    f = np.asarray(f, dtype=np.float64)
+    if f.ndim != 1 or f.size < 1 or not np.all(np.isfinite(f)):
+        raise ValueError(
+            "f must be a finite 1-D lag profile (f(0), ..., f(n - 1)), got shape "
+            f"{f.shape}"
+        )
+    if f[0] != 0 or np.any(f < 0):
+        raise ValueError("f must have f(0) = 0 and no negative value: it is a distance")
+    i = np.arange(f.size)
+    return f[np.abs(i[:, None] - i[None, :])]
+
+
+def dct_cosine(n: int, k: int) -> np.ndarray:
+    """The DCT-II cosine cos(pi k (i + 1/2) / n), i = 0, ..., n - 1, of unit norm.
+
+    For 1 <= k < n it sums to 0 and changes sign exactly k times along the positions.
+    Chapter: *MDS optimality*.
+    """
+    for name, value in (("n", n), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+    if n < 1 or not 0 <= k < n:
+        raise ValueError(f"need n >= 1 and 0 <= k < n, got n={n}, k={k}")
+    c = np.cos(np.pi * k * (np.arange(n) + 0.5) / n)
+    return c / np.linalg.norm(c)
+
+
+def cosine_correlation(v: np.ndarray, k: int) -> float:
+    """|Pearson correlation| of ``v`` with the DCT-II cosine of mode ``k`` >= 1 (see
+    :func:`dct_cosine`): 1 when ``v`` is that cosine up to scale and offset.
+
+    The sign is dropped because an eigenvector's sign is arbitrary.
+    Chapter: *MDS optimality*.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    if v.ndim != 1 or not np.all(np.isfinite(v)):
+        raise ValueError(f"v must be a finite 1-D vector, got shape {v.shape}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1 (mode 0 is the constant), got {k!r}")
+    centred = v - v.mean()
+    norm = np.linalg.norm(centred)
+    if norm == 0:
+        raise ValueError("v is constant: its correlation with a cosine is undefined")
+    return float(abs(centred @ dct_cosine(v.size, k)) / norm)
+
+
+def sign_changes(v: np.ndarray, tol: float = 1e-9) -> int:
+    """How many times ``v`` changes sign along its entries; entries of magnitude at
+    most ``tol`` times max |v| count as zeros (rounding) and are skipped.
+
+    Chapter: *MDS optimality*.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    if v.ndim != 1 or not np.all(np.isfinite(v)):
+        raise ValueError(f"v must be a finite 1-D vector, got shape {v.shape}")
+    tol = check_tol(tol)
+    kept = v[np.abs(v) > tol * np.abs(v).max(initial=0.0)]
+    return int(np.sum(np.sign(kept[1:]) != np.sign(kept[:-1])))
+
+
+def leading_mass(eigenvalues: np.ndarray, k: int) -> float:
+    """Share of the positive eigenvalue mass of B carried by its ``k`` largest
+    eigenvalues: (sum of the top k positive ones) / (sum of all positive ones).
+
+    1 for every k >= rank B when B is positive semi-definite; for k = 1 it says how
+    much of the geometry a one-dimensional (ALiBi-like) encoding can hold.
+    Chapter: *MDS optimality*.
+    """
+    lam = np.sort(np.asarray(eigenvalues, dtype=np.float64))[::-1]
+    if not np.all(np.isfinite(lam)):
+        raise ValueError("eigenvalues contain NaN or inf")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    positive = lam[lam > 0]
+    if positive.size == 0:
+        raise ValueError("B has no positive eigenvalue: every distance is 0")
+    return float(positive[:k].sum() / positive.sum())
+
+
+def stress_by_rank(D: np.ndarray, ranks: list[int]) -> "pd.DataFrame":
+    """Raw stress of classical MDS and of SMACOF (started from it) at each ``r`` in
+    ``ranks``, with the rank of B, one row per r.
+
+    Chapter: *MDS optimality*.
+    """
+    import pandas as pd
+
+    D = check_distance_matrix(D)
+    rank = classical_mds(D).effective_rank
+    rows = []
+    for r in ranks:
+        classical = stress(classical_mds(D, r).P, D)
+        rows.append(
+            {
+                "r": int(r),
+                "r vs rank B": "<" if r < rank else ("=" if r == rank else ">"),
+                "classical MDS": classical,
+                "SMACOF": stress(smacof(D, r), D),
+            }
+        )
+    return pd.DataFrame(rows).set_index("r")
 
 
 # -------------------------------------------------------------------- monotonicity

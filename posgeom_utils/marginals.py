@@ -14,9 +14,12 @@ Choices, all explicit parameters:
 - ``special_tokens``: ``"keep"`` counts the tokens the model really sees, e.g.
   ``[CLS] ... [SEP]`` for BERT (then position 0 is a point mass on ``[CLS]``);
   ``"drop"`` counts only the text's own tokens.
-- truncation to ``n``: as the tokenizer would truncate for the model (``keep``: the text
-  is cut to ``n - #specials`` tokens and the closing ``[SEP]`` moves to position
-  ``n - 1``).
+- truncation to ``n`` (``view``): ``"model"`` (default) counts what the model sees of a
+  longer text, truncated as the tokenizer truncates it (``keep``: the text is cut to
+  ``n - #specials`` tokens and the closing ``[SEP]`` moves to position ``n - 1``, so on
+  long texts the last position is mostly ``[SEP]``); ``"corpus"`` counts the first
+  ``n`` positions of the untruncated sequence, where no token moves (the text's own
+  positional statistics).
 - padding is never counted: sequences are not padded, each contributes only its real
   positions.
 - ``align``: ``"start"`` counts position i from the first token; ``"end"`` counts it
@@ -39,7 +42,7 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -51,6 +54,9 @@ from .settings import progress
 CACHE_VERSION = 1
 SPECIAL_POLICIES = ("keep", "drop")
 ALIGNMENTS = ("start", "end")
+VIEWS = ("model", "corpus")
+#: count options that two counts must share to be merged
+MERGE_KEYS = ("n", "V", "special_tokens", "align", "view", "tokenizer_sha", "version")
 
 
 @dataclass
@@ -177,6 +183,44 @@ class PositionalMarginals:
         row = self.counts[[i]]
         order = np.argsort(-row.data, kind="stable")[:k]
         return row.indices[order], row.data[order] / max(int(self.support[i]), 1)
+
+    def merge(self, other: "PositionalMarginals") -> "PositionalMarginals":
+        """The counts of both corpora together: counts, supports and length histograms
+        add, so merging the counts of disjoint shards gives the count of their union,
+        exactly (integers; the result is in canonical CSR form).
+
+        Both must be counted with the same ``n``, tokenizer and policies (checked on
+        ``params`` where both record them). Chapter: *Beyond one machine*.
+        """
+        if not isinstance(other, PositionalMarginals):
+            raise TypeError(
+                f"other must be a PositionalMarginals, got {type(other).__name__}"
+            )
+        if self.counts.shape != other.counts.shape:
+            raise ValueError(
+                f"cannot merge counts of shapes {self.counts.shape} and "
+                f"{other.counts.shape}: count every shard with the same n and tokenizer"
+            )
+        for key in MERGE_KEYS:
+            a, b = self.params.get(key), other.params.get(key)
+            if a is not None and b is not None and a != b:
+                raise ValueError(
+                    f"cannot merge counts made with {key}={a!r} and {key}={b!r}: count "
+                    "every shard with the same options"
+                )
+        counts = (self.counts + other.counts).tocsr()
+        counts.sum_duplicates()  # canonical: sorted indices, no duplicates
+        size = max(self.length_hist.size, other.length_hist.size)
+        length_hist = np.zeros(size, dtype=np.int64)
+        length_hist[: self.length_hist.size] += self.length_hist
+        length_hist[: other.length_hist.size] += other.length_hist
+        params = {k: v for k, v in self.params.items() if other.params.get(k) == v}
+        return PositionalMarginals(
+            counts.astype(np.int64),
+            (self.support + other.support).astype(np.int64),
+            length_hist,
+            params,
+        )
 
     # ----------------------------------------------------------------- persistence
     def save(self, path: Path) -> Path:
@@ -337,29 +381,53 @@ class _Counter:
 
 
 def _positions(
-    lengths: np.ndarray, n: int, prefix: list[int], suffix: list[int], align: str
+    lengths: np.ndarray,
+    n: int,
+    prefix: list[int],
+    suffix: list[int],
+    align: str,
+    view: str = "model",
 ):
-    """For one batch: the position of every kept content token, the specials, and model
-    lengths."""
+    """For one batch of texts with ``lengths`` content tokens: the position of every
+    content token and whether it is counted, the counted special tokens (positions,
+    ids, which text), and the number of positions each text reaches.
+
+    ``view="model"``: the input the model sees, truncated as the tokenizer truncates
+    (``kept`` words, then the suffix). ``view="corpus"``: the first (``align="end"``:
+    last) ``n`` tokens of the untruncated sequence, specials only where they stand.
+    """
     p, s = len(prefix), len(suffix)
-    kept = np.minimum(lengths, n - p - s)  # content tokens that survive truncation
-    model_len = kept + p + s
+    if view == "model":
+        kept = np.minimum(lengths, n - p - s)  # content tokens that survive truncation
+    else:
+        kept = lengths  # nothing moves; positions >= n are dropped below
+    seq_len = kept + p + s
     starts = np.cumsum(lengths) - lengths
     within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
-    mask = within < np.repeat(kept, lengths)
     pos = within + p
-    seq_len = np.repeat(model_len, lengths)
-    special_pos, special_ids = [], []
-    for k, tok in enumerate(prefix):
-        special_pos.append(np.full(lengths.size, k, dtype=np.int64))
-        special_ids.append(np.full(lengths.size, tok, dtype=np.int64))
-    for k, tok in enumerate(suffix):
-        special_pos.append(p + kept + k)
-        special_ids.append(np.full(lengths.size, tok, dtype=np.int64))
+    text = np.arange(lengths.size, dtype=np.int64)
+    special_pos = [np.full(lengths.size, k, dtype=np.int64) for k in range(p)]
+    special_pos += [p + kept + k for k in range(s)]
+    special_ids = [
+        np.full(lengths.size, tok, dtype=np.int64) for tok in prefix + suffix
+    ]
+    special_pos = np.concatenate(special_pos) if special_pos else text[:0]
+    special_ids = np.concatenate(special_ids) if special_ids else text[:0]
+    special_text = np.tile(text, p + s)
     if align == "end":
-        pos = seq_len - 1 - pos
-        special_pos = [model_len - 1 - sp_ for sp_ in special_pos]
-    return pos, mask, special_pos, special_ids, model_len
+        pos = np.repeat(seq_len, lengths) - 1 - pos
+        special_pos = seq_len[special_text] - 1 - special_pos
+    mask = (within < np.repeat(kept, lengths)) & (pos < n)
+    counted = special_pos < n
+    model_len = np.minimum(seq_len, n)
+    return (
+        pos,
+        mask,
+        special_pos[counted],
+        special_ids[counted],
+        special_text[counted],
+        model_len,
+    )
 
 
 def _tokenizer_fingerprint(tokenizer: Any) -> str:
@@ -392,6 +460,113 @@ def texts_fingerprint(texts: Sequence[str]) -> str:
     return h.hexdigest()[:24]
 
 
+def _check_options(
+    tokenizer: Any,
+    n: object,
+    special_tokens: str,
+    align: str,
+    buffer_tokens: int,
+    view: str = "model",
+) -> tuple[int, list[int], list[int]]:
+    """Validate the counting options; return ``n`` and the special-token template."""
+    n = _check_n(n)
+    if view not in VIEWS:
+        raise ValueError(
+            f"view must be one of {VIEWS}, got {view!r}: 'model' for the input the "
+            "model sees (truncated, [SEP] moved to position n - 1), 'corpus' for the "
+            "text's own positions"
+        )
+    if special_tokens not in SPECIAL_POLICIES:
+        raise ValueError(
+            f"special_tokens must be one of {SPECIAL_POLICIES}, got {special_tokens!r}"
+        )
+    if align not in ALIGNMENTS:
+        raise ValueError(f"align must be one of {ALIGNMENTS}, got {align!r}")
+    if (
+        isinstance(buffer_tokens, bool)
+        or not isinstance(buffer_tokens, (int, np.integer))
+        or buffer_tokens < 1
+    ):
+        raise ValueError(
+            f"buffer_tokens must be an integer >= 1, got {buffer_tokens!r}"
+        )
+    prefix, suffix = (
+        special_template(tokenizer) if special_tokens == "keep" else ([], [])
+    )
+    if n < len(prefix) + len(suffix) + 1:
+        raise ValueError(
+            f"n={n} leaves no room for text between the {len(prefix) + len(suffix)} "
+            f"special tokens: use n > {len(prefix) + len(suffix)} or "
+            "special_tokens='drop'"
+        )
+    return n, prefix, suffix
+
+
+def counting_params(
+    tokenizer: Any,
+    n: int,
+    special_tokens: str = "keep",
+    align: str = "start",
+    view: str = "model",
+) -> dict:
+    """What a count depends on besides the texts: ``n``, ``V``, the policies and the
+    tokenizer's content hash (the cache key and the merge check use it).
+
+    Chapter: *Positions in real text*.
+    """
+    return dict(
+        n=_check_n(n),
+        V=len(tokenizer),
+        special_tokens=special_tokens,
+        align=align,
+        view=view,
+        tokenizer=getattr(tokenizer, "name_or_path", type(tokenizer).__name__),
+        tokenizer_sha=_tokenizer_fingerprint(tokenizer),
+        version=CACHE_VERSION,
+    )
+
+
+def count_batches(
+    batches: Iterable[Sequence[str]],
+    tokenizer: Any,
+    n: int,
+    special_tokens: str = "keep",
+    align: str = "start",
+    buffer_tokens: int = 2**24,
+    params: dict | None = None,
+    view: str = "model",
+) -> PositionalMarginals:
+    """The streaming counter: count batches of texts as they come, never holding more
+    than one batch and the sparse counts (no cache; an empty stream gives zero counts).
+
+    :func:`positional_marginals` runs it on one list of texts; a sharded corpus runs it
+    once per shard and sums the results with :meth:`PositionalMarginals.merge`, which
+    is exact (chapter *Beyond one machine*). Chapter: *Positions in real text*.
+    """
+    n, prefix, suffix = _check_options(
+        tokenizer, n, special_tokens, align, buffer_tokens, view
+    )
+    if params is None:
+        params = counting_params(tokenizer, n, special_tokens, align, view)
+    encode = _Encoder(tokenizer)
+    counter = _Counter(n, len(tokenizer), buffer_tokens)
+    extra = len(prefix) + len(suffix)
+    for batch in batches:
+        if len(batch) == 0:
+            continue
+        ids, lengths = encode(batch)
+        pos, mask, special_pos, special_ids, _, model_len = _positions(
+            lengths, n, prefix, suffix, align, view
+        )
+        counter.add(
+            np.concatenate([pos[mask], special_pos]),
+            np.concatenate([ids[mask], special_ids]),
+            model_len,
+            lengths + extra,
+        )
+    return counter.result(params)
+
+
 def positional_marginals(
     texts: Corpus | Sequence[str],
     tokenizer: Any,
@@ -402,6 +577,7 @@ def positional_marginals(
     batch_size: int = 2048,
     buffer_tokens: int = 2**24,
     cache: bool = True,
+    view: str = "model",
 ) -> PositionalMarginals:
     """Count the positional token distributions of ``texts`` under ``tokenizer`` for
     positions 0..n-1.
@@ -411,88 +587,169 @@ def positional_marginals(
     parameter) and written atomically; a cache hit returns identical arrays.
     ``min_count`` truncates to the leading positions reached by at least that many
     sequences; without it, an ``n`` longer than every sequence is an error.
+    ``view="model"`` counts what the model sees of a text longer than ``n`` (cut, with
+    the closing special token moved to position ``n - 1``); ``view="corpus"`` counts
+    the text's own first ``n`` positions (no token moves).
     Chapter: *Positions in real text*.
     """
-    n = _check_n(n)
-    if special_tokens not in SPECIAL_POLICIES:
-        raise ValueError(
-            f"special_tokens must be one of {SPECIAL_POLICIES}, got {special_tokens!r}"
-        )
-    if align not in ALIGNMENTS:
-        raise ValueError(f"align must be one of {ALIGNMENTS}, got {align!r}")
-    if batch_size < 1 or buffer_tokens < 1:
-        raise ValueError(
-            f"batch_size and buffer_tokens must be >= 1, got {batch_size}, "
-            f"{buffer_tokens}"
-        )
+    n, _, _ = _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view)
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, (int, np.integer))
+        or batch_size < 1
+    ):
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     corpus_key = dict(texts.key) if isinstance(texts, Corpus) else {}
     texts = check_texts(texts)
     corpus_key["texts_sha256"] = texts_fingerprint(
         texts
     )  # the content, whatever the corpus is called
-    prefix, suffix = (
-        special_template(tokenizer) if special_tokens == "keep" else ([], [])
-    )
-    if n < len(prefix) + len(suffix) + 1:
-        raise ValueError(
-            f"n={n} leaves no room for text between the {len(prefix) + len(suffix)} "
-            f"special tokens: use n > {len(prefix) + len(suffix)} or "
-            "special_tokens='drop'"
-        )
-    V = len(tokenizer)
-    params = dict(
-        n=n,
-        V=V,
-        special_tokens=special_tokens,
-        align=align,
-        corpus=corpus_key,
-        tokenizer=getattr(tokenizer, "name_or_path", type(tokenizer).__name__),
-        tokenizer_sha=_tokenizer_fingerprint(tokenizer),
-        version=CACHE_VERSION,
-    )
+    params = counting_params(tokenizer, n, special_tokens, align, view)
+    params["corpus"] = corpus_key
     path = cache_path("marginals", cache_key(**params), ".npz")
     if cache and path.is_file():
         result = PositionalMarginals.load(path)
     else:
-        result = _count_texts(
-            texts,
-            tokenizer,
-            n,
-            V,
-            prefix,
-            suffix,
-            align,
-            batch_size,
-            buffer_tokens,
-            params,
+        batches = (
+            texts[start : start + batch_size]
+            for start in progress(
+                range(0, len(texts), batch_size),
+                desc="counting tokens per position",
+                total=-(-len(texts) // batch_size),
+            )
+        )
+        result = count_batches(
+            batches, tokenizer, n, special_tokens, align, buffer_tokens, params, view
         )
         if cache:
             result.save(path)
     return _apply_min_count(result, min_count)
 
 
-def _count_texts(
-    texts, tokenizer, n, V, prefix, suffix, align, batch_size, buffer_tokens, params
-):
+@dataclass
+class TextCounts:
+    """The positional counts of a corpus before they are summed over texts: which
+    (position, token) pairs each text contributes.
+
+    ``incidence[t, k]`` is 1 when text ``t`` has token ``keys[k] % V`` at position
+    ``keys[k] // V``; the columns are only the pairs that occur. Weighting the texts
+    (:meth:`marginals`) gives the counts of a resampled or split corpus without
+    tokenizing again, which is what the bootstrap over texts and the split-half
+    noise correction need (:mod:`posgeom_utils.sampling`).
+    Chapter: *Positions in real text*.
+    """
+
+    incidence: sp.csr_array  # (N, K) int8 0/1: text t has pair keys[k]
+    keys: np.ndarray  # (K,) int64 flat keys i * V + v, sorted
+    model_lengths: np.ndarray  # (N,) positions each text reaches (<= n)
+    full_lengths: np.ndarray  # (N,) untruncated lengths, specials included
+    n: int
+    V: int
+    params: dict = field(default_factory=dict)
+
+    @property
+    def num_texts(self) -> int:
+        """How many texts were counted. Chapter: *Positions in real text*."""
+        return self.incidence.shape[0]
+
+    def truncate(self, n: int) -> "TextCounts":
+        """Keep the first ``n`` positions (as :meth:`PositionalMarginals.truncate`).
+
+        Chapter: *Positions in real text*.
+        """
+        n = min(_check_n(n), self.n)
+        keep = self.keys < n * self.V
+        return TextCounts(
+            sp.csr_array(self.incidence[:, np.flatnonzero(keep)]),
+            self.keys[keep],
+            np.minimum(self.model_lengths, n),
+            self.full_lengths,
+            n,
+            self.V,
+            {**self.params, "n": n},
+        )
+
+    def marginals(self, weights: np.ndarray | None = None) -> PositionalMarginals:
+        """The counts of the corpus in which text ``t`` appears ``weights[t]`` times
+        (integers >= 0; all ones by default: the corpus itself).
+
+        Chapter: *Positions in real text*.
+        """
+        N = self.num_texts
+        if weights is None:
+            weights = np.ones(N, dtype=np.int64)
+        weights = np.asarray(weights)
+        if weights.shape != (N,) or not np.issubdtype(weights.dtype, np.integer):
+            raise ValueError(
+                f"weights must be {N} integers (one per text), got shape "
+                f"{weights.shape} and dtype {weights.dtype}"
+            )
+        if weights.min(initial=0) < 0:
+            raise ValueError("weights must be >= 0 (how often each text is drawn)")
+        weights = weights.astype(np.int64)
+        totals = self.incidence.T @ weights  # (K,) count of each pair
+        keep = totals > 0
+        keys, totals = self.keys[keep], totals[keep]
+        rows = keys // self.V
+        indptr = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=self.n), out=indptr[1:])
+        counts = sp.csr_array(
+            (totals.astype(np.int64), (keys - rows * self.V).astype(np.int32), indptr),
+            shape=(self.n, self.V),
+        )
+        reached = np.bincount(self.model_lengths, weights=weights, minlength=self.n + 1)
+        support = reached[::-1].cumsum()[::-1][1:].astype(np.int64)
+        length_hist = np.bincount(self.full_lengths, weights=weights).astype(np.int64)
+        return PositionalMarginals(counts, support, length_hist, dict(self.params))
+
+
+def text_counts(
+    texts: Corpus | Sequence[str],
+    tokenizer: Any,
+    n: int,
+    special_tokens: str = "keep",
+    align: str = "start",
+    batch_size: int = 2048,
+    view: str = "model",
+) -> TextCounts:
+    """Count ``texts`` like :func:`positional_marginals`, keeping which text
+    contributed each (position, token) pair (memory: one entry per counted token).
+
+    ``text_counts(...).marginals()`` equals ``positional_marginals(...)`` exactly.
+    Chapter: *Positions in real text*.
+    """
+    n, prefix, suffix = _check_options(tokenizer, n, special_tokens, align, 1, view)
+    texts = check_texts(texts)
+    V = len(tokenizer)
     encode = _Encoder(tokenizer)
-    counter = _Counter(n, V, buffer_tokens)
     extra = len(prefix) + len(suffix)
-    for start in progress(
-        range(0, len(texts), batch_size),
-        desc="counting tokens per position",
-        total=-(-len(texts) // batch_size),
-    ):
+    text_ids, key_parts, model_lengths, full_lengths = [], [], [], []
+    for start in range(0, len(texts), batch_size):
         ids, lengths = encode(texts[start : start + batch_size])
-        pos, mask, special_pos, special_ids, model_len = _positions(
-            lengths, n, prefix, suffix, align
+        pos, mask, special_pos, special_ids, special_text, model_len = _positions(
+            lengths, n, prefix, suffix, align, view
         )
-        counter.add(
-            np.concatenate([pos[mask], *special_pos]),
-            np.concatenate([ids[mask], *special_ids]),
-            model_len,
-            lengths + extra,
-        )
-    return counter.result(params)
+        index = np.arange(start, start + lengths.size, dtype=np.int64)
+        text_ids += [np.repeat(index, lengths)[mask], index[special_text]]
+        key_parts += [pos[mask] * V + ids[mask], special_pos * V + special_ids]
+        model_lengths.append(model_len)
+        full_lengths.append(lengths + extra)
+    flat = np.concatenate(key_parts)
+    keys, column = np.unique(flat, return_inverse=True)
+    incidence = sp.csr_array(
+        (np.ones(flat.size, dtype=np.int8), (np.concatenate(text_ids), column)),
+        shape=(len(texts), keys.size),
+    )
+    params = counting_params(tokenizer, n, special_tokens, align, view)
+    return TextCounts(
+        incidence,
+        keys.astype(np.int64),
+        np.concatenate(model_lengths).astype(np.int64),
+        np.concatenate(full_lengths).astype(np.int64),
+        n,
+        V,
+        params,
+    )
 
 
 def marginals_from_ids(

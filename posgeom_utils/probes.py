@@ -14,7 +14,7 @@ integer length per text for the sort).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -222,3 +222,111 @@ def positional_hidden_means(
         means=means, counts=counts_np[keep], centre="none", params=params
     )
     return result.centred() if centre == "global" else result
+
+
+def probe_groups(
+    model: Any,
+    tokenizer: Any,
+    texts: Corpus | Sequence[str],
+    n: int,
+    groups: int,
+    seed: int = 0,
+    batch_size: int = 64,
+    device: str = "auto",
+) -> list[LayerMeans]:
+    """Split ``texts`` into ``groups`` disjoint random groups (seeded, sizes
+    differing by at most one) and probe each separately (uncentred), for a
+    bootstrap over groups.
+
+    ``merge_layer_means`` of the result equals ``positional_hidden_means`` of all the
+    texts (up to float rounding). Chapter: *Positions layer by layer*.
+    """
+    texts = check_texts(texts)
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)):
+        raise ValueError(f"groups must be an integer >= 2, got {groups!r}")
+    if not 2 <= groups <= len(texts):
+        raise ValueError(
+            f"groups must be between 2 and the number of texts ({len(texts)}), got "
+            f"{groups}"
+        )
+    perm = np.random.default_rng(seed).permutation(len(texts))
+    return [
+        positional_hidden_means(
+            model,
+            tokenizer,
+            [texts[i] for i in np.sort(idx)],
+            n=n,
+            batch_size=batch_size,
+            device=device,
+        )
+        for idx in np.array_split(perm, int(groups))
+    ]
+
+
+def _stacked_sums(parts: Sequence[LayerMeans]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-part sums ``(parts, layers + 1, n, d)`` and counts ``(parts, n)``, padded
+    with zero counts to the longest part."""
+    if len(parts) < 1:
+        raise ValueError("need at least one LayerMeans")
+    if any(p.centre != "none" for p in parts):
+        raise ValueError("merging needs uncentred means: probe with centre='none'")
+    shapes = {(p.means.shape[0], p.means.shape[2]) for p in parts}
+    if len(shapes) != 1:
+        raise ValueError(f"cannot merge means of different models: {sorted(shapes)}")
+    width = max(p.n for p in parts)
+    layers, d = shapes.pop()
+    sums = np.zeros((len(parts), layers, width, d))
+    counts = np.zeros((len(parts), width), dtype=np.int64)
+    for g, p in enumerate(parts):
+        sums[g, :, : p.n] = p.means * p.counts[None, :, None]
+        counts[g, : p.n] = p.counts
+    return sums, counts
+
+
+def _from_sums(sums: np.ndarray, counts: np.ndarray, params: dict) -> LayerMeans:
+    keep = np.flatnonzero(counts > 0)
+    means = sums[:, keep] / counts[keep][None, :, None]
+    return LayerMeans(means=means, counts=counts[keep], centre="none", params=params)
+
+
+def merge_layer_means(
+    parts: Sequence[LayerMeans], weights: Sequence[int] | None = None
+) -> LayerMeans:
+    """The count-weighted means over all ``parts`` (uncentred), each counted
+    ``weights[g]`` times (default once), on every position some counted part reaches.
+
+    Unlike ``LayerMeans.merge`` it keeps positions that only some parts reach.
+    Chapter: *Positions layer by layer*.
+    """
+    sums, counts = _stacked_sums(parts)
+    w = np.ones(len(parts), dtype=np.int64) if weights is None else np.asarray(weights)
+    if w.shape != (len(parts),) or np.any(w < 0) or not np.any(w > 0):
+        raise ValueError("weights must be one non-negative integer per part, not all 0")
+    num_texts = sum(int(k) * p.params.get("num_texts", 0) for k, p in zip(w, parts))
+    params = dict(parts[0].params, num_texts=num_texts)
+    return _from_sums(np.tensordot(w, sums, 1), w @ counts, params)
+
+
+def bootstrap_groups(
+    parts: Sequence[LayerMeans], replicates: int = 200, seed: int = 0
+) -> Iterator[LayerMeans]:
+    """Yield ``replicates`` bootstrap resamples of the texts, drawn as whole groups:
+    each draws ``len(parts)`` groups with replacement (seeded) and merges them.
+
+    The groups come from ``probe_groups`` (disjoint random groups of texts), so a
+    resample of groups is a resample of texts in blocks.
+    Chapter: *Positions layer by layer*.
+    """
+    if (
+        isinstance(replicates, bool)
+        or not isinstance(replicates, int)
+        or replicates < 2
+    ):
+        raise ValueError(f"replicates must be an integer >= 2, got {replicates!r}")
+    sums, counts = _stacked_sums(parts)
+    rng = np.random.default_rng(seed)
+    for _ in range(replicates):
+        w = np.bincount(rng.integers(0, len(parts), len(parts)), minlength=len(parts))
+        num_texts = sum(int(k) * p.params.get("num_texts", 0) for k, p in zip(w, parts))
+        params = dict(parts[0].params, num_texts=num_texts)
+        yield _from_sums(np.tensordot(w, sums, 1), w @ counts, params)

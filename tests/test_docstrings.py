@@ -20,7 +20,11 @@ SCIENCE_MODULES = sorted(f"posgeom_utils.{p.stem}" for p in PACKAGE_DIR.glob("*.
 CHAPTER_TITLES = {
     "Positions in real text", "Why a Transformer needs positions", "Do distinct positions get distinct vectors?",
     "MDS optimality", "Low rank", "Monotonicity", "Positions layer by layer", "How this book is built",
+    "Beyond one machine",
 }
+#: the scale-out subpackage (``posgeom_utils/scale``): the same house rule
+SCALE_MODULES = sorted(f"posgeom_utils.scale.{p.stem}" for p in (PACKAGE_DIR / "scale").glob("*.py")
+                       if p.stem != "__init__")
 
 
 def _public(name: str) -> bool:
@@ -59,13 +63,18 @@ def chapter_titles(doc: str | None) -> list[str]:
     return re.findall(r"\*([^*\s][^*]*?)\*", doc[doc.index("Chapter"):].split("\n\n")[0])
 
 
+def test_scale_modules_found():
+    assert {"posgeom_utils.scale.counting", "posgeom_utils.scale.sweeps",
+            "posgeom_utils.scale.data_parallel"} <= set(SCALE_MODULES)
+
+
 def test_science_modules_found():
     assert {"posgeom_utils.geometry", "posgeom_utils.encodings", "posgeom_utils.training",
             "posgeom_utils.models", "posgeom_utils.settings"} <= set(SCIENCE_MODULES)
     assert not any(".repro" in m for m in SCIENCE_MODULES)
 
 
-@pytest.mark.parametrize("module_name", SCIENCE_MODULES)
+@pytest.mark.parametrize("module_name", SCIENCE_MODULES + SCALE_MODULES)
 def test_every_public_name_names_its_chapter(module_name: str):
     module = importlib.import_module(module_name)
     assert list(_members(module)), f"{module_name}: the walk found nothing to check"
@@ -73,7 +82,7 @@ def test_every_public_name_names_its_chapter(module_name: str):
     assert not missing, "docstrings without 'Chapter: *<title>*.': " + ", ".join(missing)
 
 
-@pytest.mark.parametrize("module_name", SCIENCE_MODULES)
+@pytest.mark.parametrize("module_name", SCIENCE_MODULES + SCALE_MODULES)
 def test_chapter_titles_are_real(module_name: str):
     """A docstring names a chapter by its title, not by an old or invented name."""
     module = importlib.import_module(module_name)

@@ -156,7 +156,7 @@ def test_cache_hit_returns_identical_arrays(texts, tokenizer, fresh_cache, monke
     def boom(*args, **kwargs):
         raise AssertionError("a cache hit must not count again")
 
-    monkeypatch.setattr(marginals_module, "_count_texts", boom)
+    monkeypatch.setattr(marginals_module, "count_batches", boom)
     second = positional_marginals(texts, tokenizer, n=12, align="end", cache=True)
     assert (first.counts != second.counts).nnz == 0
     assert second.counts.dtype == first.counts.dtype
@@ -189,7 +189,7 @@ def test_cache_key_ignores_tokenizer_call_state(texts, special_tokens, fresh_cac
     def boom(*args, **kwargs):
         raise AssertionError("cache miss: the key changed although nothing that matters changed")
 
-    monkeypatch.setattr(marginals_module, "_count_texts", boom)
+    monkeypatch.setattr(marginals_module, "count_batches", boom)
     second = positional_marginals(texts, tok, n=6, special_tokens=special_tokens, cache=True)
     assert (first.counts != second.counts).nnz == 0
     assert len(list((fresh_cache / "marginals").glob("*.npz"))) == 1
@@ -438,3 +438,48 @@ def test_truncate_beyond_n_keeps_params_consistent(result):
     cut = result.truncate(n=result.n + 5)
     assert cut.n == result.n
     assert cut.params["n"] == cut.n  # params describe the arrays they travel with
+
+
+# ----------------------------------------------------------------------------- truncation views
+
+def corpus_view_reference(texts, tokenizer, n, special_tokens, align):
+    """Brute force for view="corpus": the first (end: last) n tokens of the untruncated sequence."""
+    add = special_tokens == "keep"
+    counts = np.zeros((n, len(tokenizer)), dtype=np.int64)
+    support = np.zeros(n, dtype=np.int64)
+    for text in texts:
+        ids = tokenizer(text, add_special_tokens=add)["input_ids"]  # no truncation
+        if align == "end":
+            ids = ids[::-1]
+        for i, tok in enumerate(ids[:n]):
+            counts[i, tok] += 1
+            support[i] += 1
+    return counts, support
+
+
+@pytest.mark.parametrize("special_tokens", ["keep", "drop"])
+@pytest.mark.parametrize("align", ["start", "end"])
+@pytest.mark.parametrize("n", [3, 7, 16, 48])
+def test_corpus_view_matches_brute_force(texts, tokenizer, special_tokens, align, n):
+    result = positional_marginals(texts, tokenizer, n=n, special_tokens=special_tokens, align=align,
+                                  view="corpus", cache=False, batch_size=7, buffer_tokens=50)
+    counts, support = corpus_view_reference(texts, tokenizer, n, special_tokens, align)
+    np.testing.assert_array_equal(result.counts.toarray(), counts)
+    np.testing.assert_array_equal(result.support, support)
+    assert result.params["view"] == "corpus"
+
+
+def test_the_views_differ_only_on_truncated_texts(tokenizer):
+    """On texts shorter than n the two views agree; on a long text the model view puts [SEP] at n - 1,
+    the corpus view a word (negative control for the test above: the views are not the same count)."""
+    short = ["a good film", "not bad at all"]
+    model = positional_marginals(short, tokenizer, n=12, min_count=1, cache=False)
+    corpus = positional_marginals(short, tokenizer, n=12, min_count=1, view="corpus", cache=False)
+    assert (model.counts != corpus.counts).nnz == 0
+    long = [" ".join(["film"] * 40)]
+    model = positional_marginals(long, tokenizer, n=8, cache=False)
+    corpus = positional_marginals(long, tokenizer, n=8, view="corpus", cache=False)
+    assert model.top_tokens(7, 1)[0][0] == tokenizer.sep_token_id
+    assert corpus.top_tokens(7, 1)[0][0] == tokenizer.convert_tokens_to_ids("film")
+    with pytest.raises(ValueError, match="view must be one of"):
+        positional_marginals(short, tokenizer, n=8, view="truncated", cache=False)

@@ -17,8 +17,11 @@ SST-2 is 272``). A claim is a mapping
     ``"key_a / key_b"`` (a ratio of two), never typed; or ``text``: the paper's statement, when qualitative;
   - ``quantity``: what our number is; ``ours``: how it is shown; ``evidence``: text shown with the verdict.
     All three are templates over the chapter's glued keys (``"{sst2_sin_raw:.0f}"``, see :func:`render`);
-  - ``verdict``: the verdict when the check holds, ``reproduced`` (default) or ``reproduced with a different
-    definition``, which needs ``definition`` (a template saying which); when the check fails the verdict is
+  - ``verdict``: the verdict when the check holds, ``reproduced`` (default), ``reproduced with a different
+    definition``, which needs ``definition`` (a template saying which), or ``holds by construction``, for a
+    statement our setting makes true whatever the data (a planted rank, a count computed on the paper's own
+    constants, a symmetry of the null model), which needs ``definition`` saying why: such a row is a check of
+    the code, not a reproduction; when the check fails the verdict is
     ``differs``, unless one of the ``alternatives`` (``[{check, definition}]``) holds, which gives ``reproduced
     with a different definition`` naming its definition;
   - ``not_checkable``: why the paper's claim cannot be checked here; such a claim has no ``check``, no
@@ -63,8 +66,9 @@ REPRODUCED = "reproduced"
 DIFFERENT_DEFINITION = "reproduced with a different definition"
 DIFFERS = "differs"
 NOT_CHECKABLE = "not checkable here"
-#: the four verdicts of a comparison with the paper
-VERDICTS = (REPRODUCED, DIFFERENT_DEFINITION, DIFFERS, NOT_CHECKABLE)
+BY_CONSTRUCTION = "holds by construction"
+#: the five verdicts of a comparison with the paper
+VERDICTS = (REPRODUCED, DIFFERENT_DEFINITION, BY_CONSTRUCTION, DIFFERS, NOT_CHECKABLE)
 
 #: the fields a claim may have
 CLAIM_FIELDS = ("id", "chapter", "statement", "check", "profiles", "note", "paper")
@@ -415,10 +419,13 @@ def _validate_paper(block: Any, check: Any, where: str) -> PaperComparison:
         if not str(block["not_checkable"]).strip():
             raise ClaimError(f"{where}: 'not_checkable' must say why")
     verdict = block.get("verdict", REPRODUCED)
-    if verdict not in (REPRODUCED, DIFFERENT_DEFINITION):
-        raise ClaimError(f"{where}: 'verdict' must be {REPRODUCED!r} or {DIFFERENT_DEFINITION!r}")
+    if verdict not in (REPRODUCED, DIFFERENT_DEFINITION, BY_CONSTRUCTION):
+        raise ClaimError(f"{where}: 'verdict' must be {REPRODUCED!r}, {DIFFERENT_DEFINITION!r} or "
+                         f"{BY_CONSTRUCTION!r}")
     if verdict == DIFFERENT_DEFINITION and not block.get("definition"):
         raise ClaimError(f"{where}: a 'reproduced with a different definition' verdict must say which (definition)")
+    if verdict == BY_CONSTRUCTION and not block.get("definition"):
+        raise ClaimError(f"{where}: a 'holds by construction' verdict must say why (definition)")
     alternatives = _validate_alternatives(block.get("alternatives", []), where)
     refs = [r for c in ([check] if check is not None else []) + [a.check for a in alternatives]
             for r in check_paper_refs(c)]

@@ -11,6 +11,9 @@ width and the sinusoidal encoding of the same width.
 ``posgeom run --profile smoke|default|paper`` re-executes the chapters through papermill and keeps their
 results with provenance (:mod:`posgeom_utils.repro.runner`; chapter: *How this book is built* (README),
 *Reproduction ledger*).
+
+``posgeom count SHARD ...`` counts the positional distributions of a sharded corpus on Dask or in one process
+(:mod:`posgeom_utils.repro.count_command`; chapter: *Beyond one machine*).
 """
 
 from __future__ import annotations
@@ -58,12 +61,17 @@ examples:
   posgeom run --profile paper --cap 2000 --model sentence-transformers/all-MiniLM-L6-v2
                                               # a capped paper run on a CPU, offline
   posgeom run --profile smoke --force --source-dir notebooks
+  posgeom run --profile default --executor dask --workers 2
+                                              # independent training runs on 2 local Dask workers
 
 Size parameters bounded by --cap:
 {size}
 A chapter is skipped when its results.json has the same profile, requested parameters, package version,
 git commit and source hash (the chapter and posgeom_utils/*.py); --force reruns it. An interrupted
 training run resumes from OUT/<chapter>/checkpoints/ when the same run is started again.
+--executor, --workers and --scheduler decide only where a chapter's independent training runs execute:
+both executors give the same results, so they are recorded (provenance "execution") but not part of the
+skip key, and a sweep interrupted under one executor resumes under the other.
 Exit status: 0 when every chapter ran or was skipped, 1 when a chapter failed, 2 on bad usage.
 The corpora are read from $POSGEOM_DATA_DIR as in the book build.
 """
@@ -105,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", choices=("keep", "drop"), default="keep",
                    help="special tokens: 'keep' counts what the model sees ([CLS] ... [SEP]), 'drop' only the "
                         "text's own tokens (default: %(default)s)")
+    p.add_argument("--view", choices=("model", "corpus"), default="model",
+                   help="texts longer than --n: count what the model sees (model: cut, [SEP] moved to "
+                        "position n - 1) or the text's own first n positions (corpus)")
     p.add_argument("--min-count", type=int, default=20, metavar="K",
                    help="keep only the leading positions reached by at least K texts, so n may shrink "
                         "(default: %(default)s)")
@@ -157,7 +168,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rerun chapters whose results are current, and start training from scratch")
     r.add_argument("--source-dir", default=None, metavar="DIR",
                    help="folder holding the chapters' MyST notebooks (default: the repository's notebooks/)")
+    r.add_argument("--executor", choices=("serial", "dask"), default=None,
+                   help="where the independent training runs of a chapter execute, injected into the chapters "
+                        "that have an executor parameter: serial (one after the other) or dask (a local "
+                        "cluster of single-threaded workers, or --scheduler's); same results either way "
+                        "(default: each chapter's own, serial)")
+    r.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="Dask workers with --executor dask (default: one per GPU, else one per CPU core)")
+    r.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="address of a running Dask scheduler (e.g. tcp://host:8786) with --executor dask; its "
+                        "workers need this package and must see OUT for the checkpoints (default: start a "
+                        "local cluster)")
     r.set_defaults(func=_run_run)
+
+    from .count_command import add_count_parser
+
+    add_count_parser(sub)
     return parser
 
 
@@ -271,7 +297,8 @@ def _run_stress(args: argparse.Namespace) -> int:
                          f"(max_position_embeddings): pass --n {table} or less")
 
     try:  # min_count=1 here, the real --min-count below: its errors then name the right option
-        marg = positional_marginals(corpus, tokenizer, args.n, special_tokens=args.policy, min_count=1)
+        marg = positional_marginals(corpus, tokenizer, args.n, special_tokens=args.policy, min_count=1,
+                                    view=args.view)
     except ValueError as exc:
         raise UsageError(f"--n/--policy: {exc}") from exc
     try:
@@ -304,7 +331,8 @@ def _run_stress(args: argparse.Namespace) -> int:
         "width": int(width),
         "corpus": {
             "name": corpus.name, "split": corpus.split, "source": corpus.source, "texts": len(corpus),
-            "n_requested": int(args.n), "n": int(n), "policy": args.policy, "min_count": int(args.min_count),
+            "n_requested": int(args.n), "n": int(n), "policy": args.policy, "view": args.view,
+            "min_count": int(args.min_count),
             "effective_rank": int(mds.effective_rank), "negative_mass": float(mds.negative_mass),
             "violation_rate": float(monotonicity_violation_rate(D, "triplets", input_kind="distances").rate),
             "support": [int(s) for s in marg.support],
@@ -383,6 +411,7 @@ def _run_run(args: argparse.Namespace) -> int:
             out=Path(args.out).expanduser() if args.out else None, cap=args.cap, force=args.force,
             source_dir=Path(args.source_dir).expanduser() if args.source_dir else None,
             log=lambda line: print(line, flush=True), model=args.model,
+            executor=args.executor, workers=args.workers, scheduler=args.scheduler,
         )
     except RunError as exc:
         raise UsageError(f"{exc.argument}: {exc}") from exc

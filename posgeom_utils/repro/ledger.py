@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..cache import read_json
-from .claims import (DIFFERENT_DEFINITION, DIFFERS, NOT_CHECKABLE, VERDICTS, Claim, check_keys, evaluate_check,
+from .claims import (REPRODUCED, DIFFERENT_DEFINITION, DIFFERS, NOT_CHECKABLE, VERDICTS, Claim, check_keys, evaluate_check,
                      load_claims, render)
 from .paper import REPORTED
 
@@ -141,7 +141,7 @@ def judge(claim: Claim, payload: Mapping[str, Any] | None, profile: str) -> dict
     passed, message = evaluate_check(claim.check, results)
     if passed:
         definition, _ = render(paper.definition, results)
-        lead = f"{definition}; " if paper.verdict == DIFFERENT_DEFINITION and definition else ""
+        lead = f"{definition}; " if paper.verdict != REPRODUCED and definition else ""
         return {"ours": ours, "verdict": paper.verdict, "evidence": _join(lead + message, evidence)}
     alternatives = [(alt, *evaluate_check(alt.check, results)) for alt in paper.alternatives]
     for alt, alt_passed, alt_message in alternatives:

@@ -13,7 +13,7 @@ from typing import Any
 
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "smoke": {
-        "positions_in_real_text": {"sample_size": 3000, "n": 128, "min_count": 20},
+        "positions_in_real_text": {"sample_size": 3000, "n": 128, "min_count": 20, "replicates": 30},
         "mds_optimality": {"sample_size": 3000, "n": 64, "min_count": 20, "synthetic_n": 32,
                            "synthetic_sequences": 1000},
         "low_rank": {"sample_size": 3000, "n": 64, "min_count": 20, "planted_sequences": 3000,
@@ -24,7 +24,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "monotonicity": {"sample_size": 3000, "n": 24, "n_max": 64, "min_count": 20, "random_tables": 5,
                          "task_size": 1000, "train_steps": 20, "synthetic_sequences": 600, "widths": [8, 32],
                          "width_steps": 30, "width_seeds": 1},
-        "layerwise": {"n": 16, "other_n": 24, "sample_size": 300, "other_sample_size": 30, "probe_min_count": 5},
+        "layerwise": {"n": 16, "other_n": 24, "sample_size": 300, "other_sample_size": 30, "probe_min_count": 5, "groups": 10, "replicates": 50},
     },
     "default": {
         "positions_in_real_text": {},

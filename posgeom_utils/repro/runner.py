@@ -16,6 +16,13 @@ Each chapter ``<chapter>`` gets a folder ``<out>/<chapter>/`` holding
 A chapter whose ``results.json`` was made with the same profile, requested parameters, package version and
 source hash (:func:`posgeom_utils.repro.sources.source_hash`: the chapter, the science modules and the pinned
 environment; not the machinery, and not the git commit) is skipped. The commit is still recorded.
+
+Where a chapter's independent training runs execute (``executor``, ``workers``, ``scheduler``: serially or on
+Dask, :func:`posgeom_utils.scale.sweeps.run_sweep`) is injected into the chapters that declare those
+parameters and recorded in the provenance (``execution``), but it is not a requested parameter: it enters
+neither the skip key nor the checkpoints' owner, because both executors give the same results by construction
+(tested). A chapter run serially is therefore current for a Dask run, and an interrupted run resumes from its
+checkpoints whichever executor the next attempt uses.
 """
 
 from __future__ import annotations
@@ -54,6 +61,10 @@ LIBRARIES = ("numpy", "scipy", "torch", "transformers", "tokenizers", "datasets"
 SKIP_KEYS = ("profile", "requested_parameters", "package_version", "source_hash")
 #: provenance fields that must match for the checkpoints of an earlier attempt to be reused
 RESUME_KEYS = ("profile", "requested_parameters", "package_version", "source_hash")
+#: where the independent training runs execute: injected when declared, recorded as ``execution``, and kept
+#: out of the skip key (the results do not depend on it; see the module docstring)
+EXECUTION_PARAMETERS = ("executor", "workers", "scheduler")
+EXECUTORS = ("serial", "dask")
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -162,6 +173,28 @@ def requested_parameters(chapter: str, profile: str, declared: dict[str, Any], d
     return params
 
 
+def execution_parameters(declared: dict[str, Any], executor: str | None = None, workers: int | None = None,
+                         scheduler: str | None = None) -> dict[str, Any]:
+    """The execution options (:data:`EXECUTION_PARAMETERS`) given (not ``None``) that the chapter declares:
+    injected next to :func:`requested_parameters`, recorded as the provenance's ``execution``, never part of
+    the skip key."""
+    given = {"executor": executor, "workers": workers, "scheduler": scheduler}
+    return {name: value for name, value in given.items() if value is not None and name in declared}
+
+
+def _check_execution(executor: Any, workers: Any, scheduler: Any) -> None:
+    if executor is not None and executor not in EXECUTORS:
+        raise RunError("--executor", f"unknown executor {executor!r}: choose serial or dask")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise RunError("--workers", f"must be an integer >= 1, got {workers!r}; pass e.g. --workers 2")
+    if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
+        raise RunError("--scheduler", f"must be a Dask scheduler address such as tcp://127.0.0.1:8786, "
+                                      f"got {scheduler!r}")
+    for name, value in (("--workers", workers), ("--scheduler", scheduler)):
+        if value is not None and executor != "dask":
+            raise RunError(name, "is used only by the Dask executor: add --executor dask")
+
+
 # --------------------------------------------------------------------------- provenance
 
 def _git(*args: str) -> str | None:
@@ -243,18 +276,23 @@ class _Plan:
     parameters: dict[str, Any]
     declared: dict[str, Any]
     identity: dict[str, Any]
+    execution: dict[str, Any] = field(default_factory=dict)  # injected too, not part of the identity
 
 
 def run_chapters(profile: str, chapters: list[str] | None = None, device: str | None = None,
                  out: Path | None = None, cap: int | None = None, force: bool = False,
                  source_dir: Path | None = None, log: Callable[[str], Any] = print,
-                 model: str | None = None) -> RunSummary:
+                 model: str | None = None, executor: str | None = None, workers: int | None = None,
+                 scheduler: str | None = None) -> RunSummary:
     """Execute ``chapters`` (default: every chapter in ``source_dir``) under ``profile`` into ``out``
     (default ``runs/<profile>-<YYYY-MM-DD>/``) and write each one's ``results.json`` with provenance.
 
     ``device`` is injected into chapters that declare a ``device`` parameter, ``model`` into those that
     declare ``model_name`` (e.g. the packaged MiniLM for a capped paper run offline); ``cap`` bounds every size
-    parameter (:data:`SIZE_PARAMETERS`). Chapters whose results are current are skipped unless ``force``;
+    parameter (:data:`SIZE_PARAMETERS`). ``executor``, ``workers`` and ``scheduler`` (where independent
+    training runs execute: ``serial`` or ``dask``) go to the chapters that declare them, are recorded as the
+    provenance's ``execution`` and are not part of the skip key (:data:`EXECUTION_PARAMETERS`).
+    Chapters whose results are current are skipped unless ``force``;
     a failing chapter is recorded in its ``failed.json`` and the others still run. Bad requests raise
     :class:`RunError` before anything runs. Chapter: *How this book is built* (README), *Reproduction ledger*.
     """
@@ -262,6 +300,7 @@ def run_chapters(profile: str, chapters: list[str] | None = None, device: str | 
         raise RunError("--profile", f"unknown profile {profile!r}: choose one of {', '.join(sorted(PROFILES))}")
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise RunError("--cap", f"must be an integer >= 1, got {cap!r}; pass e.g. --cap 2000")
+    _check_execution(executor, workers, scheduler)
     source_dir = Path(source_dir) if source_dir is not None else default_source_dir()
     if not source_dir.is_dir():
         raise RunError("--source-dir", f"chapter folder {str(source_dir)!r} does not exist: pass --source-dir DIR "
@@ -301,13 +340,17 @@ def run_chapters(profile: str, chapters: list[str] | None = None, device: str | 
         params = _jsonable(requested_parameters(chapter, profile, declared, device, cap, model))
         identity = {"profile": profile, "requested_parameters": params, "package_version": __version__,
                     "commit": commit, "source_hash": source_hash(source)}
-        plans.append(_Plan(chapter, source, nb, out / chapter, params, declared, identity))
+        execution = _jsonable(execution_parameters(declared, executor, workers, scheduler))
+        plans.append(_Plan(chapter, source, nb, out / chapter, params, declared, identity, execution))
 
     summary = RunSummary(out=out, profile=profile)
     common = {"package_version": __version__, "commit": commit, "dirty": dirty, "device_name": where, "cap": cap,
               "libraries": library_versions(), "hostname": socket.gethostname(), "platform": platform.platform()}
     log(f"posgeom run: profile {profile}, {len(plans)} chapter(s), device {where}"
-        + (f", cap {cap}" if cap is not None else "") + f" -> {out}")
+        + (f", cap {cap}" if cap is not None else "")
+        + (f", executor {executor}" if executor is not None else "")
+        + (f" ({workers} workers)" if workers is not None else "")
+        + (f" at {scheduler}" if scheduler is not None else "") + f" -> {out}")
     for k, plan in enumerate(plans, 1):
         prefix = f"[{k}/{len(plans)}] {plan.chapter}:"
         previous = read_json(plan.folder / "results.json")
@@ -384,7 +427,8 @@ def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, fl
         os.environ[CHECKPOINT_ENV] = str(checkpoints.resolve())
         try:
             papermill.execute_notebook(
-                plan.notebook, str(notebook), parameters=plan.parameters, kernel_name="python3",
+                plan.notebook, str(notebook), parameters={**plan.parameters, **plan.execution},
+                kernel_name="python3",
                 cwd=str(plan.source.parent), progress_bar=False,
             )
         finally:
@@ -401,10 +445,12 @@ def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, fl
                     "the chapter wrote no results: its last cell must call "
                     "posgeom_utils.repro.results.save_results() (and it glued no values to fall back on)")
             declared = {k: v for k, v in plan.declared.items() if v is not ...}
-            payload = {"parameters": _jsonable({**declared, **plan.parameters}), "results": values}
+            payload = {"parameters": _jsonable({**declared, **plan.parameters, **plan.execution}),
+                       "results": values}
             note = " (no save_results: results read from the glued outputs)"
         finished, seconds = _now(), time.perf_counter() - t0
         provenance = {**plan.identity, **common, "requested_parameters": plan.parameters,
+                      "execution": plan.execution,
                       "results_source": "glue outputs" if note else "save_results",
                       "started": started, "finished": finished, "wall_seconds": round(seconds, 3)}
         write_json(plan.folder / "results.json",
@@ -417,6 +463,7 @@ def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, fl
         seconds = time.perf_counter() - t0
         record = {"chapter": plan.chapter, **_error_record(exc), "started": started, "finished": _now(),
                   "wall_seconds": round(seconds, 3), "requested_parameters": plan.parameters,
+                  "execution": plan.execution,
                   "notebook": str(notebook)}
         try:
             write_json(failed, record)

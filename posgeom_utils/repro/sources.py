@@ -4,7 +4,9 @@ Chapter: *How this book is built* (README). The execution cache of the book buil
 (``scripts/build_book.sh``) and the freshness of a committed ``results.json`` (:mod:`.runner`) are keyed by
 these files only. The reproduction machinery (this subpackage, :mod:`posgeom_utils.repro`) is left out on
 purpose: editing the ledger's wording or the command line cannot change a number, so it must not re-execute
-a chapter or mark its results stale.
+a chapter or mark its results stale. So are the exercise checks (:mod:`posgeom_utils.teaching`) and the
+scale-out subpackage (:mod:`posgeom_utils.scale`), whose every path returns what the single-process path
+returns (tested: counts and sweeps exactly).
 
 ``python -m posgeom_utils.repro.sources`` prints :func:`science_hash` (used by ``scripts/build_book.sh``).
 """
