@@ -125,6 +125,14 @@ _REPORT = """() => {
     wide_code: Array.from(document.querySelectorAll("div.highlight pre"))
       .filter(e => e.offsetParent !== null && e.scrollWidth > e.clientWidth + 1)
       .map(e => short(e.textContent.split("\\n").reduce((a, b) => (b.length > a.length ? b : a), ""))),
+    wide_tables: (() => {
+      const article = document.querySelector("article") || document.querySelector("main");
+      if (!article) return [];
+      const right = article.getBoundingClientRect().right;
+      return Array.from(document.querySelectorAll("div.cell_output table"))
+        .filter(t => t.offsetParent !== null && t.getBoundingClientRect().right > right + 1)
+        .map(t => short(t.textContent));
+    })(),
   };
 }"""
 
@@ -235,6 +243,9 @@ def test_page_renders_offline(book_browser: Browser, name: str) -> None:
             problems.append(f"{what}: {report[feature]} on the page, the source has {expected[feature]}")
     if report["empty_glue"]:
         problems.append(f"{report['empty_glue']} glued numbers are empty")
+    if name == "book/ledger" and report["wide_tables"]:  # the ledger's tables fit the text column
+        problems.append(f"{len(report['wide_tables'])} tables run past the text column, e.g. "
+                        f"{report['wide_tables'][:1]}")
     if chapter and report["wide_code"]:  # code a reader should read fits the page (1280-pixel window)
         problems.append(f"{len(report['wide_code'])} code blocks scroll sideways, e.g. {report['wide_code'][:2]}")
 
