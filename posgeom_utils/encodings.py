@@ -22,8 +22,9 @@ Chapter: *MDS optimality* (each construction is derived there) and *Low rank*.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -113,6 +114,8 @@ __all__ = [
     "mds_encoding",
     "random_encoding",
     "lowrank_parameter_count",
+    "saving_configurations",
+    "rank_r_table",
     "LowRankPositionalEncoding",
 ]
 
@@ -158,6 +161,67 @@ def lowrank_parameter_count(n: int, d: int, r: int) -> int:
     """Numbers stored by P = A B^T with A (n x r), B (d x r): r (n + d).
     Chapter: *Low rank*."""
     return r * (n + d)
+
+
+def saving_configurations(
+    low: float | Fraction | str,
+    high: float | Fraction | str,
+    n_values: Iterable[int],
+    d_values: Iterable[int],
+    ranks: Iterable[int],
+) -> "pd.DataFrame":
+    """Every (n, d, r) of the given grids whose parameter saving of the factorisation
+    P = A B^T against a free n x d table, ``1 - r (n + d) / (n d)``, lies in
+    ``[low, high)``: the configurations a reported (rounded) saving is consistent with.
+
+    ``low`` and ``high`` are read as exact decimals (``0.885`` is 885/1000, not the
+    nearest double), and the comparison is in exact integer arithmetic, so a saving
+    on a bound is classified exactly. Returns a DataFrame with columns n, d, r and
+    saving, sorted by r, n, d. Used in *The paper's synthetic claim*. Chapter: *Low rank*.
+    """
+    import pandas as pd
+
+    lo, hi = (Fraction(str(x)) if not isinstance(x, Fraction) else x for x in (low, high))
+    if not lo < hi:
+        raise ValueError(f"need low < high, got {low!r} and {high!r}")
+    n = np.unique(np.asarray(list(n_values), dtype=np.int64))
+    d = np.unique(np.asarray(list(d_values), dtype=np.int64))
+    ranks = sorted({int(r) for r in ranks})
+    if n.size == 0 or d.size == 0 or not ranks or n.min() < 1 or d.min() < 1 or ranks[0] < 1:
+        raise ValueError("n_values, d_values and ranks must be non-empty positive integers")
+    if n.max() * d.max() * max(lo.denominator, hi.denominator) > 2**62 // 4:
+        raise ValueError("grid too large for exact int64 arithmetic")
+    N, Dm = np.meshgrid(n, d, indexing="ij")
+    N, Dm = N.ravel(), Dm.ravel()
+    nd = N * Dm
+    rows = []
+    for r in ranks:
+        kept = nd - r * (N + Dm)  # saving = kept / nd
+        ok = (kept * lo.denominator >= lo.numerator * nd) & (
+            kept * hi.denominator < hi.numerator * nd)
+        for i in np.flatnonzero(ok):
+            rows.append({"n": int(N[i]), "d": int(Dm[i]), "r": r,
+                         "saving": float(kept[i] / nd[i])})
+    columns = ["n", "d", "r", "saving"]
+    table = pd.DataFrame(rows, columns=columns).astype(
+        {"n": np.int64, "d": np.int64, "r": np.int64, "saving": np.float64})
+    return table.sort_values(["r", "n", "d"]).reset_index(drop=True)
+
+
+def rank_r_table(P: np.ndarray, r: int) -> np.ndarray:
+    """The closest table to ``P`` (Frobenius norm) whose rows differ from their mean by a
+    rank-``r`` matrix: the mean row plus the rank-``r`` truncated SVD of the centred
+    table (Eckart-Young). ``r = 0`` gives every position the mean row, a table that
+    carries no positional information; ``r >= rank`` returns ``P``. Chapter: *Low rank*."""
+    P = np.asarray(P, dtype=np.float64)
+    if P.ndim != 2 or min(P.shape) < 1 or not np.isfinite(P).all():
+        raise ValueError(f"P must be a finite (n, d) table, got shape {P.shape}")
+    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 0:
+        raise ValueError(f"r must be an integer >= 0, got {r!r}")
+    mean = P.mean(axis=0, keepdims=True)
+    U, s, Vt = np.linalg.svd(P - mean, full_matrices=False)
+    r = min(int(r), len(s))
+    return mean + (U[:, :r] * s[:r]) @ Vt[:r]
 
 
 @lru_cache(maxsize=1)

@@ -149,8 +149,8 @@ def select_device(device: str = "auto") -> Any:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if str(device).startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(
-            "device='cuda' was requested but no CUDA GPU is visible: use device='auto' "
-            "or 'cpu'"
+            f"device={device!r} was requested but no CUDA GPU is visible: use "
+            "device='auto' or 'cpu'"
         )
     return torch.device(device)
 

@@ -215,3 +215,150 @@ def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[float,
     tail = 100 * (1 - level) / 2
     low, high = np.percentile(values, [tail, 100 - tail], axis=0)
     return low, high
+
+
+def normal_interval(
+    values: np.ndarray, estimate: float | np.ndarray, level: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
+    """The normal bootstrap interval ``estimate -+ z sd(values)`` (``z`` = 1.96 at 95%):
+    the bootstrap measures the *spread* only, centred on the estimate itself, so a
+    resample shift (duplicated texts inflate a plug-in distance) does not move it.
+
+    Needs fewer replicates than :func:`percentile_interval` (a standard deviation
+    settles before a 2.5% quantile does). Chapter: *MDS optimality*.
+    """
+    from scipy.stats import norm
+
+    values = np.asarray(values, dtype=np.float64)
+    if values.shape[0] < 2 or not np.all(np.isfinite(values)):
+        raise ValueError("values must hold at least 2 finite bootstrap replicates")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    half = float(norm.ppf(0.5 + level / 2)) * values.std(axis=0, ddof=1)
+    estimate = np.asarray(estimate, dtype=np.float64)
+    return estimate - half, estimate + half
+
+
+def text_counts_from_ids(ids: np.ndarray, V: int) -> TextCounts:
+    """The per-text counts (:class:`~posgeom_utils.marginals.TextCounts`) of
+    equal-length token-id sequences (an N x n array, e.g. a synthetic corpus), so that
+    the bootstrap over texts runs on a corpus whose true ``mu`` is known.
+
+    ``text_counts_from_ids(ids, V).marginals()`` has the counts of
+    ``marginals_from_ids(ids, V)``. Chapter: *MDS optimality*.
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 2 or ids.size == 0:
+        raise ValueError(
+            f"ids must be a non-empty 2-D array (texts x positions), got {ids.shape}"
+        )
+    if not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0 or ids.max() >= V:
+        raise ValueError(f"ids must be integers in [0, V={V})")
+    N, n = ids.shape
+    flat = (np.arange(n, dtype=np.int64)[None, :] * V + ids.astype(np.int64)).ravel()
+    keys, column = np.unique(flat, return_inverse=True)
+    incidence = sp.csr_array(
+        (np.ones(flat.size, dtype=np.int8), (np.repeat(np.arange(N), n), column)),
+        shape=(N, keys.size),
+    )
+    lengths = np.full(N, n, dtype=np.int64)
+    return TextCounts(incidence, keys.astype(np.int64), lengths, lengths, n, V,
+                      {"n": n, "V": V, "source": "ids"})
+
+
+def plug_in_hellinger(m: PositionalMarginals) -> np.ndarray:
+    """The plug-in Hellinger matrix ``D_H`` of the counts ``m`` (sparse, without forming
+    the dense n x V distributions): what the chapters compute with
+    ``hellinger_distances(m.mu())``, fast enough to repeat in a bootstrap.
+
+    Chapter: *MDS optimality*.
+    """
+    if np.any(m.support == 0):
+        raise ValueError(
+            "a position is reached by no text in this sample: count fewer positions "
+            "(n) or raise min_count"
+        )
+    counts = sp.csr_array(m.counts, dtype=np.float64)
+    used = np.unique(counts.indices)  # the tokens seen at some position
+    root = np.sqrt(counts[:, used].toarray() / m.support[:, None])
+    bc = root @ root.T
+    norms = np.sqrt(np.clip(np.diag(bc), np.finfo(float).tiny, None))
+    bc = np.clip((bc / np.outer(norms, norms) + (bc / np.outer(norms, norms)).T) / 2,
+                 0.0, 1.0)
+    D = np.sqrt(np.clip(1.0 - bc, 0.0, 1.0))
+    np.fill_diagonal(D, 0.0)
+    return D
+
+
+@dataclass
+class BootstrapNumbers:
+    """Named numbers of a corpus with bootstrap intervals (:func:`bootstrap_numbers`).
+
+    ``table`` has one row per number: the estimate, the normal interval ``low``,
+    ``high`` (:func:`normal_interval`), the bootstrap standard deviation ``sd`` and
+    the resample ``shift`` (mean of the replicates minus the estimate, which the
+    interval leaves out); ``replicates`` holds the numbers of every resample
+    (replicates x numbers), for intervals of differences on the same resamples.
+    Chapter: *MDS optimality*.
+    """
+
+    table: "pd.DataFrame"
+    replicates: "pd.DataFrame"
+
+
+def bootstrap_numbers(
+    counts: TextCounts,
+    numbers: Callable[[PositionalMarginals], dict[str, float]],
+    replicates: int = 50,
+    seed: int = 0,
+    level: float = 0.95,
+) -> BootstrapNumbers:
+    """Named numbers of a corpus with normal bootstrap intervals over its texts.
+
+    ``numbers`` maps the counts of a corpus to a dict of floats with the same keys on
+    every resample; it is applied to the corpus itself (the estimates) and to
+    ``replicates`` seeded resamples of its texts (:func:`bootstrap`).
+    Chapter: *MDS optimality*.
+    """
+    import pandas as pd
+
+    point = numbers(counts.marginals())
+    keys = list(point)
+
+    def ordered(m: PositionalMarginals) -> list[float]:
+        row = numbers(m)
+        return [row[k] for k in keys]
+
+    values = bootstrap(counts, ordered, replicates, seed)
+    estimate = np.array([point[k] for k in keys], dtype=np.float64)
+    low, high = normal_interval(values, estimate, level)
+    table = pd.DataFrame(
+        {
+            "estimate": estimate,
+            "low": low,
+            "high": high,
+            "sd": values.std(axis=0, ddof=1),
+            "shift": values.mean(axis=0) - estimate,
+        },
+        index=pd.Index(keys, name="number"),
+    )
+    return BootstrapNumbers(table, pd.DataFrame(values, columns=keys))
+
+
+def difference_interval(
+    boot: BootstrapNumbers, a: str, b: str, level: float = 0.95, ratio: bool = False
+) -> tuple[float, float, float]:
+    """The estimate and normal interval of ``a - b`` (or ``a / b``) for two numbers of
+    one :func:`bootstrap_numbers` result, from the same resamples (paired): the
+    difference is distinguishable from sampling noise when its interval excludes 0
+    (the ratio: 1). Chapter: *MDS optimality*.
+    """
+    reps, table = boot.replicates, boot.table
+    if ratio:
+        values = (reps[a] / reps[b]).to_numpy()
+        estimate = table.loc[a, "estimate"] / table.loc[b, "estimate"]
+    else:
+        values = (reps[a] - reps[b]).to_numpy()
+        estimate = table.loc[a, "estimate"] - table.loc[b, "estimate"]
+    low, high = normal_interval(values, estimate, level)
+    return float(estimate), float(low), float(high)

@@ -260,3 +260,53 @@ def masked_task(
         ids.shape[1],
         f"masked-language modelling (mask rate {mask_rate}, L={ids.shape[1]}, V={V})",
     )
+
+
+def presence_task(task: TokenTask, seed: int = 0) -> TokenTask:
+    """An order-insensitive control on the inputs of ``task``: label 1 when the input
+    contains the token ``w``, 0 otherwise.
+
+    ``w`` is the token (padding excluded) whose share of training inputs containing it is
+    closest to 1/2; each split is then balanced by dropping examples of its larger class
+    at random (seeded), so both classes have the same size. The label depends only on the
+    set of tokens, so any permutation of an input's tokens keeps its label: with the same
+    inputs as an order task, only condition (b) of the separation theorem changes.
+    Chapter: *Do distinct positions get distinct vectors?*.
+    """
+    X_train, X_eval = np.asarray(task.X_train), np.asarray(task.X_eval)
+    if X_train.ndim != 2 or len(X_train) < 2 or len(X_eval) < 2:
+        raise ValueError(
+            "task must have at least two train and two eval inputs of shape (N, L), "
+            f"got {X_train.shape} and {X_eval.shape}"
+        )
+    present = np.zeros((len(X_train), task.vocab_size), dtype=bool)
+    present[np.arange(len(X_train))[:, None], X_train] = True
+    share = present[:, 1:].mean(0)  # id 0 is padding
+    word = int(np.argmin(np.abs(share - 0.5))) + 1
+    rng = np.random.default_rng([seed, word])
+
+    def balanced(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        y = (X == word).any(1)
+        n = min(int(y.sum()), int((~y).sum()))
+        if n < 1:
+            raise ValueError(
+                f"token {word} is in all or none of a split's inputs: no balanced "
+                "control can be drawn; pass a task with more inputs"
+            )
+        keep = np.sort(np.concatenate([
+            rng.choice(np.flatnonzero(y), n, replace=False),
+            rng.choice(np.flatnonzero(~y), n, replace=False),
+        ]))
+        return X[keep], y[keep].astype(np.int64)
+
+    (Xt, yt), (Xe, ye) = balanced(X_train), balanced(X_eval)
+    t = lambda arr: torch.as_tensor(arr)  # noqa: E731
+    return TokenTask(
+        t(Xt),
+        t(yt),
+        t(Xe),
+        t(ye),
+        task.vocab_size,
+        task.max_len,
+        f"{task.description}, relabelled: does token {word} occur? (order-insensitive)",
+    )

@@ -43,7 +43,10 @@ class TrainConfig:
     eval_every: int = 50
     checkpoint_dir: str | None = None
     checkpoint_every: int = 100
-    amp: bool = True  # bfloat16 autocast on CUDA only
+    # bfloat16 autocast: "auto" on CUDA only (the default), True on any device (the CPU
+    # too, which is how the GPU code path is tested without a GPU), False never; see
+    # amp_enabled
+    amp: bool | str = "auto"
     threads: int | None = (
         None  # CPU threads for this run (None: torch's default); restored afterwards.
     )
@@ -51,6 +54,7 @@ class TrainConfig:
     # book is built on.
 
     def __post_init__(self) -> None:
+        _check_amp(self.amp)
         if self.threads is not None and (
             isinstance(self.threads, bool)
             or not isinstance(self.threads, int)
@@ -85,6 +89,45 @@ class TrainConfig:
                 f"weight_decay={self.weight_decay!r}: pass e.g. weight_decay=0.0 "
                 "(none) or 0.01"
             )
+
+
+#: the accepted values of ``TrainConfig.amp``
+AMP_CHOICES = ("auto", True, False)
+
+
+def _check_amp(amp: object) -> None:
+    """``amp`` must be ``"auto"``, ``True`` or ``False`` (a bool, not 0/1 or "true")."""
+    if not (isinstance(amp, str) and amp == "auto") and not isinstance(amp, bool):
+        raise ValueError(
+            "amp must be 'auto' (bfloat16 autocast on CUDA only), True (on any "
+            f"device, the CPU included) or False (never), got amp={amp!r}"
+        )
+
+
+def amp_enabled(amp: bool | str, device: torch.device | str) -> bool:
+    """Whether a run with ``TrainConfig.amp=amp`` on ``device`` trains under bfloat16
+    autocast: ``"auto"`` on CUDA only, ``True`` on any device (CPU included), ``False``
+    never. Chapter: *Low rank*.
+    """
+    _check_amp(amp)
+    if isinstance(amp, str):  # "auto"
+        return torch.device(device).type == "cuda"
+    return bool(amp)
+
+
+#: marks a checkpoint's config as written since ``amp`` took ``"auto"`` (its ``True``
+#: means bfloat16 on any device)
+_AMP_MARKER = "amp_true_means_any_device"
+
+
+def _saved_amp(saved_config: dict) -> bool | str:
+    """The ``amp`` setting of a checkpoint's config. Checkpoints written before ``amp``
+    took ``"auto"`` (no :data:`_AMP_MARKER`) hold the old boolean, whose ``True`` (the
+    old default) meant what ``"auto"`` means now: bfloat16 on CUDA only."""
+    amp = saved_config.get("amp", True)
+    if saved_config.get(_AMP_MARKER):
+        return amp
+    return "auto" if amp else False
 
 
 def _is_number(value: object) -> bool:
@@ -165,8 +208,9 @@ def _checkpoint_path(config: TrainConfig) -> Path | None:
     )
 
 
-#: settings that must match when a run resumes from a checkpoint (``steps`` may grow)
-_RESUME_KEYS = ("batch_size", "lr", "weight_decay", "seed", "optimizer")
+#: settings that must match when a run resumes from a checkpoint (``steps`` may grow;
+#: ``device`` may change, and with ``amp="auto"`` the precision follows it)
+_RESUME_KEYS = ("batch_size", "lr", "weight_decay", "seed", "optimizer", "amp")
 
 
 def _save(
@@ -186,7 +230,7 @@ def _save(
         "step": step,
         "generator": generator.get_state(),
         "history": asdict(history),
-        "config": asdict(config),
+        "config": {**asdict(config), _AMP_MARKER: True},
         "running": list(running),
         "track": None if track is None else list(track),
     }
@@ -211,7 +255,9 @@ def train_classifier(
     every ``checkpoint_every`` steps and at the end, and a later call with the same
     directory resumes from it. ``track`` is the list a callback appends its records to:
     it is saved with every checkpoint and restored in place on resume, so a resumed run
-    ends with the same records as an uninterrupted one. Chapter: *Low rank*.
+    ends with the same records as an uninterrupted one. The forward pass and loss run
+    under bfloat16 autocast where :func:`amp_enabled` says so (``config.amp``); the
+    evaluation runs in float32. Chapter: *Low rank*.
     """
     previous = torch.get_num_threads()
     if config.threads is not None:
@@ -258,12 +304,12 @@ def _train(
     path = _checkpoint_path(config)
     if path is not None and path.is_file():
         state = torch.load(path, map_location=device, weights_only=False)
-        changed = [
-            k
-            for k in _RESUME_KEYS
-            if state["config"].get(k, "adamw" if k == "optimizer" else None)
-            != getattr(config, k)
-        ]
+        saved = {
+            **{k: state["config"].get(k) for k in _RESUME_KEYS},
+            "optimizer": state["config"].get("optimizer", "adamw"),
+            "amp": _saved_amp(state["config"]),
+        }
+        changed = [k for k in _RESUME_KEYS if saved[k] != getattr(config, k)]
         if changed:
             raise ValueError(
                 f"checkpoint_dir={config.checkpoint_dir!r} holds a run with different "
@@ -279,7 +325,7 @@ def _train(
         )
         if track is not None:
             track[:] = list(state.get("track") or [])
-    use_amp = config.amp and device.type == "cuda"
+    use_amp = amp_enabled(config.amp, device)
     if start == 0 and callback is not None:
         callback(0, model)
     for step in progress(

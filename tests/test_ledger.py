@@ -112,17 +112,22 @@ def test_asserted_and_not_checkable_claims(tmp_path: Path) -> None:
 def test_real_rows_judge_fake_results(tmp_path: Path, rows) -> None:
     """The book's own rows: the chance row and a qualitative row flip with the values."""
     default = tmp_path / "default"
-    write_run(default, "monotonicity", {"random_mean": 0.51, "random_tables": 20, "lazy_delta_lo": 0.2,
-                                        "lazy_delta_hi": 0.1, "lazy_delta_drop": 0.1, "lazy_delta_seed_range": 0.02})
+    # the tables follow the L2 order, not the Hellinger one: the conjecture holds with another geometry
+    write_run(default, "monotonicity", {"random_mean": 0.51, "random_tables": 20, "ntk_gap_hi_low": 0.1,
+                                        "ntk_gap_hi_high": 0.3})
     ledger = build_ledger({"default": default, "paper": tmp_path / "paper"}, claims=rows)
     # the chance rate is a property of the null model: when it holds it is a check of the code, not a finding
     assert ledger.loc["chance-violation-rate", "verdict (default)"] == BY_CONSTRUCTION
     assert ledger.loc["conj5-monotonicity", "verdict (default)"] == DIFFERENT_DEFINITION
-    write_run(default, "monotonicity", {"random_mean": 0.6, "random_tables": 20, "lazy_delta_lo": 0.1,
-                                        "lazy_delta_hi": 0.2, "lazy_delta_drop": -0.1, "lazy_delta_seed_range": 0.02})
+    write_run(default, "monotonicity", {"random_mean": 0.6, "random_tables": 20, "ntk_gap_hi_low": -0.1,
+                                        "ntk_gap_hi_high": 0.2})
     ledger = build_ledger({"default": default, "paper": tmp_path / "paper"}, claims=rows)
     assert ledger.loc["chance-violation-rate", "verdict (default)"] == DIFFERS
     assert ledger.loc["conj5-monotonicity", "verdict (default)"] == DIFFERS
+    write_run(default, "monotonicity", {"random_mean": 0.5, "random_tables": 20, "ntk_gap_hi_low": -0.3,
+                                        "ntk_gap_hi_high": -0.1})  # the Hellinger order wins: the paper's claim
+    ledger = build_ledger({"default": default, "paper": tmp_path / "paper"}, claims=rows)
+    assert ledger.loc["conj5-monotonicity", "verdict (default)"] == REPRODUCED
     # chapters without results are pending, rows that cannot be checked say so whatever the results
     assert ledger.loc["thm1-necessity", "verdict (default)"] == PENDING["default"]
     assert ledger.loc["synthetic-mds-stress", "verdict (default)"] == NOT_CHECKABLE
@@ -132,7 +137,7 @@ def test_real_rows_judge_fake_results(tmp_path: Path, rows) -> None:
 def test_missing_or_empty_paper_dir_is_pending_a_gpu_run(tmp_path: Path, rows) -> None:
     default = tmp_path / "default"
     write_run(default, "necessity", {"dev_none": 0.0, "dev_pre-trained_positions_removed": 0.0,
-                                     "acc_syn_none": 0.5, "acc_real_none": 0.5})
+                                     "acc_syn_none": 0.5, "probe_zeroed_lo": 0.48, "probe_zeroed_hi": 0.53})
     (tmp_path / "empty").mkdir()
     for paper in (tmp_path / "absent", tmp_path / "empty", None):
         ledger = build_ledger({"default": default, "paper": paper}, claims=rows)
@@ -201,7 +206,7 @@ def test_rule_text_says_how_each_row_is_judged(rows) -> None:
     assert rule_text(by_id["lowrank-rank"]) == "|ours - paper| <= 0"
     assert rule_text(by_id["prop5-alibi-rank1"]).startswith("asserted by the chapter: classical_mds(")
     assert rule_text(by_id["thm4-separation"]) == (
-        "qualitative check on our keys: sep_drift_precedes, sep_start, sep_drift_contains")
+        "qualitative check on our keys: sep_gap_drift, sep_gap_drift_hw, real_gap, real_gap_hw")
     assert rule_text(by_id["synthetic-mds-stress"]) == "-"
 
 

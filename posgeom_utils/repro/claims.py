@@ -58,7 +58,7 @@ from typing import Any, Iterable, Mapping
 from .paper import REPORTED
 
 #: the profiles a claim can be asserted at (those of posgeom_utils.repro.profiles)
-PROFILES = ("smoke", "default", "paper")
+PROFILES = ("smoke", "default", "reference", "paper")
 #: comparison operators of the check language
 OPS = ("<", "<=", ">", ">=", "==", "!=", "between", "in")
 

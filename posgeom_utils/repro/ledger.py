@@ -29,11 +29,12 @@ from .claims import (REPRODUCED, DIFFERENT_DEFINITION, DIFFERS, NOT_CHECKABLE, V
 from .paper import REPORTED
 
 #: the verdict when the chapter's results for a profile are absent
-PENDING = {"paper": "pending a GPU run", "default": "pending a default run", "smoke": "pending a smoke run"}
+PENDING = {"paper": "pending a GPU run", "reference": "pending a reference run", "default": "pending a default run",
+           "smoke": "pending a smoke run"}
 #: the verdict when a key the claim's check needs is missing from the chapter's results
 MISSING = "missing result"
 #: the profiles the ledger compares, in column order
-LEDGER_PROFILES = ("default", "paper")
+LEDGER_PROFILES = ("default", "reference", "paper")
 
 
 def paper_claims(claims: list[Claim] | None = None) -> list[Claim]:

@@ -1,4 +1,5 @@
-"""Named parameter sets for the chapters: ``smoke`` (tests), ``default`` (the book build), ``paper``.
+"""Named parameter sets for the chapters: ``smoke`` (tests), ``default`` (the book build), ``reference``
+(what the prose interprets: committed results, about 40 minutes on a 2-core CPU), ``paper`` (GPU).
 
 The ``paper`` profile uses the paper's model, ``bert-base-uncased`` (it needs the Hugging Face hub or a
 local copy); ``posgeom run --model ...`` replaces it, e.g. by the packaged MiniLM for a capped CPU run.
@@ -15,15 +16,18 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "smoke": {
         "positions_in_real_text": {"sample_size": 3000, "n": 128, "min_count": 20, "replicates": 30},
         "mds_optimality": {"sample_size": 3000, "n": 64, "min_count": 20, "synthetic_n": 32,
-                           "synthetic_sequences": 1000},
+                           "synthetic_sequences": 1000, "replicates": 10},
         "low_rank": {"sample_size": 3000, "n": 64, "min_count": 20, "planted_sequences": 3000,
-                     "task_size": 1500, "train_steps": 40, "n_seeds": 1},
-        "necessity": {"task_len": 16, "synthetic_n": 8, "sample_size": 3000, "n_seeds": 2, "train_steps": 30},
-        "separation": {"train_steps": 200, "sample_size": 64, "finetune_len": 16,
-                       "finetune_steps": 4},
+                     "task_size": 1500, "train_steps": 40, "n_seeds": 2, "probe_size": 200,
+                     "probe_len": 16, "probe_ranks": [0, 2]},
+        "necessity": {"task_len": 16, "synthetic_n": 8, "sample_size": 300, "n_seeds": 2, "train_steps": 30},
+        "separation": {"train_steps": 30, "task_size": 600, "synthetic_sequences": 600, "n_seeds": 2,
+                       "control_seeds": 2, "gd_sequences": 64, "gd_steps": 10, "sample_size": 64,
+                       "finetune_len": 16, "finetune_steps": 4},
         "monotonicity": {"sample_size": 3000, "n": 24, "n_max": 64, "min_count": 20, "random_tables": 5,
                          "task_size": 1000, "train_steps": 20, "synthetic_sequences": 600, "widths": [8, 32],
-                         "width_steps": 30, "width_seeds": 1},
+                         "width_steps": 30, "width_seeds": 1, "replicates": 5, "ntk_widths": [8, 32], "ntk_seeds": 2,
+                         "ntk_steps": 20},
         "layerwise": {"n": 16, "other_n": 24, "sample_size": 300, "other_sample_size": 30, "probe_min_count": 5, "groups": 10, "replicates": 50},
     },
     "default": {
@@ -34,6 +38,20 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "separation": {},
         "monotonicity": {},
         "layerwise": {},
+    },
+    # between the two: what the prose interprets, sized to about 40 minutes on a 2-core CPU (all chapters);
+    # its results are committed under book/results/reference and shown in every chapter
+    "reference": {
+        "positions_in_real_text": {"replicates": 1000},
+        "mds_optimality": {"replicates": 150},
+        "low_rank": {"probe_size": 3000, "probe_ranks": [0, 1, 2, 3, 4, 6, 8, 12, 16], "n_seeds": 8,
+                     "task_size": 8000, "train_steps": 400},
+        "necessity": {"sample_size": 6000, "n_seeds": 8, "train_steps": 400},
+        "separation": {"n_seeds": 6, "control_seeds": 5, "d": 32, "n_layers": 2, "train_steps": 300,
+                       "task_size": 8000, "gd_sequences": 512, "gd_steps": 300},
+        "monotonicity": {"replicates": 200, "ntk_seeds": 8, "ntk_steps": 300, "width_seeds": 5,
+                         "width_steps": 200},
+        "layerwise": {"sample_size": 20000, "other_sample_size": 2000, "replicates": 1000},
     },
     "paper": {
         "positions_in_real_text": {"model_name": "bert-base-uncased", "sample_size": None, "n": 512, "min_count": 100},

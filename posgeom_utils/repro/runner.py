@@ -318,7 +318,9 @@ def run_chapters(profile: str, chapters: list[str] | None = None, device: str | 
     chapters = list(dict.fromkeys(chapters))
     where = device_name(device or "auto")
     if where.startswith("unavailable"):
-        raise RunError("--device", f"{device!r} is {where}: pass --device auto or --device cpu")
+        fix = ("run it on a machine with a CUDA GPU, or pass --device cpu --cap N (e.g. --cap 2000) for a "
+               "capped run on CPU" if profile == "paper" and cap is None else "pass --device auto or --device cpu")
+        raise RunError("--device", f"{device!r} is {where}: {fix}")
     if profile == "paper" and where == "cpu" and cap is None:
         raise RunError("--profile paper", "the paper profile is sized for a GPU: pass --cap N (e.g. --cap 2000) "
                                           "to run a capped version on CPU, or --device cuda")

@@ -338,8 +338,9 @@ def data_parallel_finetune(
 ) -> tuple[PretrainedClassifier, History, list[tuple[int, np.ndarray]]]:
     """:func:`~posgeom_utils.finetune.finetune` data-parallel: model, optimiser and data
     loader go through ``accelerator.prepare`` (an ``accelerate.Accelerator``, created
-    if None: CPU when ``config.device == "cpu"``, bf16 autocast on CUDA when
-    ``config.amp``), the loss through ``accelerator.backward``.
+    if None: CPU when ``config.device == "cpu"``, bf16 autocast where
+    :func:`~posgeom_utils.training.amp_enabled` says so: on CUDA for ``amp="auto"``, on
+    any device for ``amp=True``), the loss through ``accelerator.backward``.
 
     ``config.batch_size`` is the batch of one process; the global batch is
     ``config.batch_size * num_processes``. Step ``t`` trains on the global batch the
@@ -360,6 +361,7 @@ def data_parallel_finetune(
     from ..models import load_model, load_tokenizer, select_device
     from ..seeding import seed_everything
     from ..settings import progress, progress_enabled
+    from ..training import amp_enabled
     from ..training import History, TrainConfig
 
     for values, name in ((texts_train, "texts_train"), (texts_eval, "texts_eval")):
@@ -388,7 +390,7 @@ def data_parallel_finetune(
     accelerator = _get_accelerator(
         accelerator,
         cpu=device.type == "cpu",
-        bf16=bool(config.amp) and device.type == "cuda",
+        bf16=amp_enabled(config.amp, device),  # the single-process trainer's rule
     )
     processes, rank = accelerator.num_processes, accelerator.process_index
 

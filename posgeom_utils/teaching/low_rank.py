@@ -85,3 +85,5 @@ def check_energy_rank(answer: Any, D_H: Mapping[str, np.ndarray], name: str) -> 
                    "Clip the negative eigenvalues to zero, divide the cumulative sum by the total, "
                    "and count how many eigenvalues it takes to reach nine tenths (ranks "
                    "start at one, Python indices at zero).")
+
+

@@ -1,0 +1,190 @@
+"""Tests for posgeom_utils.order_probe (chapters *Why a Transformer needs positions* and *Low rank*) and
+encodings.rank_r_table, on a tiny random BERT and the packaged tokenizer."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posgeom_utils.encodings import rank_r_table
+from posgeom_utils.models import learned_position_embeddings
+from posgeom_utils.order_probe import (
+    ShufflePairs,
+    pooled_features,
+    shuffle_pairs,
+    shuffle_probe,
+    t_interval,
+    with_position_table,
+)
+
+WORDS = ("the a cat dog sat on mat quickly running blue house river mountain under over because although "
+         "green small old new red").split()
+
+
+@pytest.fixture(scope="module")
+def tiny_bert():
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    return BertModel(config).eval()
+
+
+@pytest.fixture(scope="module")
+def texts():
+    rng = random.Random(0)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 16))) for _ in range(300)]
+
+
+# --------------------------------------------------------------------------- rank_r_table (Low rank)
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(2, 12), d=st.integers(1, 10), r=st.integers(0, 12), seed=st.integers(0, 2**16))
+def test_rank_r_table_is_the_best_centred_rank_r_approximation(n, d, r, seed):
+    rng = np.random.default_rng(seed)
+    P = rng.normal(size=(n, d))
+    Q = rank_r_table(P, r)
+    centred = Q - Q.mean(0)
+    assert Q.shape == P.shape
+    np.testing.assert_allclose(Q.mean(0), P.mean(0), atol=1e-10)  # the mean row is kept
+    assert np.linalg.matrix_rank(centred, tol=1e-8) <= r
+    s = np.linalg.svd(P - P.mean(0), compute_uv=False)
+    # Eckart-Young: the error is the energy of the dropped singular values
+    np.testing.assert_allclose(np.linalg.norm(P - Q) ** 2, (s[r:] ** 2).sum(), rtol=1e-8, atol=1e-10)
+    # and no other centred rank-r table with the same mean does better (a random competitor)
+    other = P.mean(0) + rng.normal(size=(n, max(r, 1)))[:, :r] @ rng.normal(size=(max(r, 1), d))[:r]
+    assert np.linalg.norm(P - Q) <= np.linalg.norm(P - other) + 1e-9
+
+
+def test_rank_zero_is_constant_and_full_rank_is_identity():
+    P = np.random.default_rng(1).normal(size=(6, 4))
+    assert np.allclose(rank_r_table(P, 0), P.mean(0)[None].repeat(6, 0))
+    np.testing.assert_allclose(rank_r_table(P, 4), P, atol=1e-12)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="r must be"):
+            rank_r_table(P, bad)
+    with pytest.raises(ValueError, match="P must be"):
+        rank_r_table(np.ones(3), 1)
+
+
+# --------------------------------------------------------------------------- shuffle_pairs
+
+def test_pairs_wrap_words_in_special_tokens(texts, tokenizer):
+    pairs = shuffle_pairs(texts, tokenizer, max_len=12, min_len=3, size=50)
+    assert isinstance(pairs, ShufflePairs) and len(pairs) == 50 and pairs.max_len == 12
+    ids, mask = pairs.inputs(pairs.words)
+    expected = tokenizer([tokenizer.decode([t for t in row if t >= 0]) for row in pairs.words[:5]],
+                         truncation=True, max_length=12, padding="max_length", return_tensors="np")
+    np.testing.assert_array_equal(ids[:5], expected["input_ids"])  # what the model would get from the text
+    np.testing.assert_array_equal(mask[:5], expected["attention_mask"])
+    assert len(np.unique(pairs.words, axis=0)) == len(pairs)  # each sentence once
+    assert ((pairs.words >= 0).sum(1) >= 3).all()
+
+
+def test_pairs_bad_input(texts, tokenizer):
+    with pytest.raises(ValueError, match="min_len"):
+        shuffle_pairs(texts, tokenizer, max_len=6, min_len=5)
+    with pytest.raises(ValueError, match="lower min_len"):
+        shuffle_pairs(texts, tokenizer, max_len=32, min_len=25)
+    with pytest.raises(ValueError, match="size"):
+        shuffle_pairs(texts, tokenizer, size=0)
+
+
+# --------------------------------------------------------------------------- with_position_table
+
+def test_with_position_table_replaces_rows_and_leaves_the_original(tiny_bert):
+    before = learned_position_embeddings(tiny_bert)
+    P = np.random.default_rng(0).normal(size=(10, 32))
+    clone = with_position_table(tiny_bert, P)
+    after = learned_position_embeddings(clone)
+    np.testing.assert_allclose(after[:10], P, atol=1e-6)
+    np.testing.assert_array_equal(after[10:], before[10:])
+    np.testing.assert_array_equal(learned_position_embeddings(tiny_bert), before)  # a copy was changed
+    with pytest.raises(ValueError, match="P must be"):
+        with_position_table(tiny_bert, np.zeros((10, 31)))
+
+
+def test_zero_table_makes_pooled_features_order_blind(tiny_bert, texts, tokenizer):
+    """Theorem thm-necessity on the probe's input: with a constant table the pooled feature of a sentence
+    and of its shuffle agree to float precision; with the table intact they do not (the control)."""
+    pairs = shuffle_pairs(texts, tokenizer, max_len=16, min_len=4, size=40)
+    from posgeom_utils.tasks import shuffle_within
+
+    shuffled = shuffle_within(pairs.words, np.random.default_rng(0))
+    moved = np.any(shuffled != pairs.words, axis=1)
+    blind = with_position_table(tiny_bert, np.zeros((16, 32)))
+    for model, blind_expected in ((blind, True), (tiny_bert, False)):
+        a = pooled_features(model, *pairs.inputs(pairs.words), batch_size=7, device="cpu")
+        b = pooled_features(model, *pairs.inputs(shuffled), batch_size=7, device="cpu")
+        gap = np.abs(a - b)[moved].max()
+        assert (gap < 1e-5) if blind_expected else (gap > 1e-3)
+
+
+def test_pooled_features_do_not_depend_on_batching(tiny_bert, texts, tokenizer):
+    pairs = shuffle_pairs(texts, tokenizer, max_len=16, min_len=4, size=30)
+    ids, mask = pairs.inputs(pairs.words)
+    one = pooled_features(tiny_bert, ids, mask, batch_size=1, device="cpu")
+    many = pooled_features(tiny_bert, ids, mask, batch_size=64, device="cpu")
+    np.testing.assert_allclose(one, many, atol=1e-5)
+    with pytest.raises(ValueError, match="ids and mask"):
+        pooled_features(tiny_bert, ids, mask[:, :3])
+
+
+# --------------------------------------------------------------------------- shuffle_probe
+
+@pytest.fixture(scope="module")
+def minilm():
+    """The packaged pre-trained all-MiniLM-L6-v2 (a random tiny BERT gives a linear probe nothing to read)."""
+    from posgeom_utils.models import load_model
+
+    return load_model(None, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def ordered_texts():
+    """Texts with a word order to learn: the first words from one half of the vocabulary, the rest from the
+    other (a shuffle mixes them)."""
+    rng = random.Random(2)
+    early, late = WORDS[:10], WORDS[10:]
+    return [" ".join([rng.choice(early) for _ in range(k)] + [rng.choice(late) for _ in range(k)])
+            for k in (rng.randint(3, 7) for _ in range(400))]
+
+
+def test_probe_reads_order_with_positions_and_is_at_chance_without(minilm, ordered_texts, tokenizer):
+    pairs = shuffle_pairs(ordered_texts, tokenizer, max_len=16, min_len=4, size=300)
+    seeds = range(5)
+    intact = shuffle_probe(minilm, pairs, seeds=seeds, device="cpu")
+    blind = shuffle_probe(with_position_table(minilm, np.zeros((16, 384))), pairs, seeds=seeds,
+                          device="cpu")
+    assert intact.accuracy.shape == (5,) and intact.num_train + intact.num_eval <= len(pairs)
+    mean, half = intact.interval()
+    assert mean - half > 0.55  # separates from chance (measured: 0.70 +- 0.06)
+    mean0, half0 = blind.interval()
+    assert abs(mean0 - 0.5) < max(1.5 * half0, 0.1)  # the negative control stays at chance
+
+
+def test_probe_is_deterministic_and_paired(tiny_bert, texts, tokenizer):
+    pairs = shuffle_pairs(texts, tokenizer, max_len=16, min_len=4, size=120)
+    a = shuffle_probe(tiny_bert, pairs, seeds=[3, 4], device="cpu")
+    b = shuffle_probe(tiny_bert, pairs, seeds=[3, 4], device="cpu")
+    np.testing.assert_array_equal(a.accuracy, b.accuracy)
+    with pytest.raises(ValueError, match="seeds"):
+        shuffle_probe(tiny_bert, pairs, seeds=[])
+    with pytest.raises(ValueError, match="eval_fraction"):
+        shuffle_probe(tiny_bert, pairs, eval_fraction=1.0)
+    with pytest.raises(ValueError, match="shuffle_pairs"):
+        shuffle_probe(tiny_bert, pairs.words)
+
+
+def test_t_interval():
+    mean, half = t_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and half == pytest.approx(4.302652729911275 * 1.0 / np.sqrt(3))
+    assert np.isnan(t_interval([0.5])[1])
+    with pytest.raises(ValueError, match="empty"):
+        t_interval([])
