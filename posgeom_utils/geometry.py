@@ -731,3 +731,46 @@ def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> "pd.DataFra
             }
         )
     return pd.DataFrame(rows).set_index("encoding")
+
+
+def _position_gram(P: np.ndarray) -> np.ndarray:
+    P = np.asarray(P, dtype=np.float64)
+    if P.ndim != 2 or P.shape[0] < 3 or not np.isfinite(P).all():
+        raise ValueError(f"P must be a finite (n, d) table with n >= 3 positions, got shape {P.shape}")
+    return P @ P.T
+
+
+def dot_monotonicity(P: np.ndarray) -> float:
+    """Monotonicity of a position table in the sense of Wang et al. (2021): over every triple of positions
+    ``i``, ``j``, ``k`` with ``j`` and ``k`` on the same side of ``i`` and ``|i - j| < |i - k|``, the
+    fraction in which the nearer position has the larger dot product, ``p_i . p_j > p_i . p_k`` (ties
+    count one half). 1 for a table whose similarity falls with distance in every direction, about 0.5 for a
+    random one. Chapter: *Related work* (and *Monotonicity* for the distance version)."""
+    G = _position_gram(P)
+    n = len(G)
+    i, j, k = np.meshgrid(np.arange(n), np.arange(n), np.arange(n), indexing="ij")
+    near, far = np.abs(i - j), np.abs(i - k)
+    same_side = np.sign(j - i) * np.sign(k - i) > 0
+    keep = same_side & (near < far)
+    diff = G[i[keep], j[keep]] - G[i[keep], k[keep]]
+    return float(((diff > 0) + 0.5 * (diff == 0)).mean())
+
+
+def translation_invariance(P: np.ndarray) -> float:
+    """Translation invariance of a position table in the sense of Wang et al. (2021): the share of the
+    variance of the off-diagonal dot products ``p_i . p_j`` explained by the offset ``j - i`` alone (1 when
+    every dot product depends only on the offset, as for sinusoids; near 0 for a random table).
+    Chapter: *Related work*."""
+    G = _position_gram(P)
+    n = len(G)
+    offsets = np.subtract.outer(np.arange(n), np.arange(n))
+    off = offsets != 0
+    values, groups = G[off], offsets[off] + n
+    total = values.var()
+    if total == 0:
+        return 1.0
+    sums = np.bincount(groups, weights=values, minlength=2 * n)
+    counts = np.bincount(groups, minlength=2 * n)
+    means = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
+    within = ((values - means[groups]) ** 2).mean()
+    return float(1.0 - within / total)
