@@ -349,36 +349,27 @@ def test_smoke_claims_hold_on_the_smoke_run(smoke_results: dict, claims: list[Cl
     assert not failures, "claims the prose makes that the smoke run does not satisfy:\n" + "\n".join(failures)
 
 
-def test_default_claims_hold_on_the_default_results(claims: list[Claim]) -> None:
-    folder = Path(os.environ.get(DEFAULT_ENV) or ROOT / "book" / "results" / "default")
+def _committed_claims_hold(claims: list[Claim], profile: str, folder: Path) -> None:
+    """Every claim marked for ``profile`` holds on the committed, uncapped ``profile`` results in ``folder``."""
     paths = sorted(folder.glob("*/results.json"))
     if not paths:
-        pytest.skip(f"no default results in {folder}: run `posgeom run --profile default --out book/results/default`")
+        pytest.skip(f"no {profile} results in {folder}: run `posgeom run --profile {profile} --out {folder}`")
     for path in paths:
         provenance = json.loads(path.read_text()).get("provenance", {})
-        assert provenance.get("profile") == "default" and provenance.get("cap") is None, \
-            f"{path} is not an uncapped default-profile run: {provenance.get('profile')!r}, cap {provenance.get('cap')}"
+        assert provenance.get("profile") == profile and provenance.get("cap") is None, \
+            f"{path} is not an uncapped {profile}-profile run: {provenance.get('profile')!r}, cap {provenance.get('cap')}"
     results = read_results(folder)
-    asserted = [c for c in claims if "default" in c.profiles and c.chapter in results]
-    missing = sorted({c.chapter for c in claims if "default" in c.profiles} - set(results))
-    failures = _failures(results, "default", asserted)
-    assert not failures, "claims the prose makes that the default run does not satisfy:\n" + "\n".join(failures)
-    assert not missing, f"no default results for chapter(s) {missing} in {folder}"
+    asserted = [c for c in claims if profile in c.profiles and c.chapter in results]
+    missing = sorted({c.chapter for c in claims if profile in c.profiles} - set(results))
+    failures = _failures(results, profile, asserted)
+    assert not failures, f"claims the prose makes that the {profile} run does not satisfy:\n" + "\n".join(failures)
+    assert not missing, f"no {profile} results for chapter(s) {missing} in {folder}"
+
+
+def test_default_claims_hold_on_the_default_results(claims: list[Claim]) -> None:
+    _committed_claims_hold(claims, "default", Path(os.environ.get(DEFAULT_ENV) or ROOT / "book" / "results" / "default"))
 
 
 def test_reference_claims_hold_on_the_reference_results(claims: list[Claim]) -> None:
     """What the prose interprets is asserted at the reference profile and must hold on its committed results."""
-    folder = ROOT / "book" / "results" / "reference"
-    paths = sorted(folder.glob("*/results.json"))
-    if not paths:
-        pytest.skip(f"no reference results in {folder}: run `posgeom run --profile reference --out {folder}`")
-    for path in paths:
-        provenance = json.loads(path.read_text()).get("provenance", {})
-        assert provenance.get("profile") == "reference" and provenance.get("cap") is None, \
-            f"{path} is not an uncapped reference-profile run: {provenance.get('profile')!r}, cap {provenance.get('cap')}"
-    results = read_results(folder)
-    asserted = [c for c in claims if "reference" in c.profiles and c.chapter in results]
-    missing = sorted({c.chapter for c in claims if "reference" in c.profiles} - set(results))
-    failures = _failures(results, "reference", asserted)
-    assert not failures, "claims the prose makes that the reference run does not satisfy:\n" + "\n".join(failures)
-    assert not missing, f"no reference results for chapter(s) {missing} in {folder}"
+    _committed_claims_hold(claims, "reference", ROOT / "book" / "results" / "reference")
