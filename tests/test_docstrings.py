@@ -20,7 +20,7 @@ SCIENCE_MODULES = sorted(f"posgeom_utils.{p.stem}" for p in PACKAGE_DIR.glob("*.
 CHAPTER_TITLES = {
     "Positions in real text", "Why a Transformer needs positions", "Do distinct positions get distinct vectors?",
     "MDS optimality", "Low rank", "Monotonicity", "Positions layer by layer", "How this book is built",
-    "Beyond one machine",
+    "Beyond one machine", "Related work",
 }
 #: the scale-out subpackage (``posgeom_utils/scale``): the same house rule
 SCALE_MODULES = sorted(f"posgeom_utils.scale.{p.stem}" for p in (PACKAGE_DIR / "scale").glob("*.py")
