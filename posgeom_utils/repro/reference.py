@@ -3,8 +3,8 @@
 Chapter: every chapter's section *At reference scale*, and the README (*Build scale and reference scale*).
 
 The book build executes each chapter at the ``default`` profile, within a CPU budget, to demonstrate the
-code. The conclusions rest on the ``reference`` profile (``posgeom run --profile reference``, about 40
-minutes on a 2-core CPU), whose ``results.json`` files are committed under ``book/results/reference``
+code. The conclusions rest on the ``reference`` profile (``posgeom run --profile reference``, 23
+minutes on a 2-core CPU with 2 Dask workers), whose ``results.json`` files are committed under ``book/results/reference``
 and tested to be fresh (same chapter and science code, see
 :func:`posgeom_utils.repro.runner.stale_results`). :func:`scale_table` reads them and shows, for a list of
 glued keys, the build-time value beside the reference value, with intervals and, where a null value is
