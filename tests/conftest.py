@@ -89,3 +89,15 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory):
     from posgeom_utils.repro.runner import run_chapters
 
     return run_chapters("smoke", out=tmp_path_factory.mktemp("posgeom-run") / "smoke")
+
+
+@pytest.fixture(scope="module")
+def tiny_bert():
+    """A tiny random BERT (2 layers, width 32, 64 positions), seeded: the probes' and the order probe's model."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    return BertModel(config).eval()

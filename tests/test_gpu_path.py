@@ -11,7 +11,6 @@ executed: ``runner._run_one`` is replaced by a recorder). Each test takes about 
 from __future__ import annotations
 
 import math
-import textwrap
 from dataclasses import asdict
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from posgeom_utils.repro.runner import RunError, run_chapters  # noqa: E402
 from posgeom_utils.tasks import planted_task  # noqa: E402
 from posgeom_utils.training import AMP_CHOICES, TrainConfig, amp_enabled, evaluate, train_classifier  # noqa: E402
 from posgeom_utils.transformer import PositionalTransformer  # noqa: E402
+from test_runner import HEADER, cell  # noqa: E402  (tests/ is on sys.path under pytest: the runner tests' fake chapters)
 
 GPU_NAME = "Fake H200 (mocked)"
 
@@ -249,27 +249,6 @@ def test_cuda_without_a_gpu_is_a_clear_error_before_training(task, no_gpu, devic
 
 # --------------------------------------------------------------------------- the runner's paper profile
 
-HEADER = """\
----
-jupytext:
-  text_representation:
-    extension: .md
-    format_name: myst
-    format_version: 0.13
-kernelspec:
-  display_name: Python 3
-  language: python
-  name: python3
----
-
-# {name}
-
-```{{code-cell}} ipython3
-:tags: [parameters]
-
-{parameters}
-```
-"""
 
 
 @pytest.fixture
@@ -277,13 +256,13 @@ def chapters(tmp_path: Path) -> Path:
     """Two fake chapters: ``low_rank`` (a name in the paper profile) declares a device; ``plain`` does not."""
     source = tmp_path / "src"
     source.mkdir()
-    (source / "low_rank.md").write_text(HEADER.format(name="low_rank", parameters=textwrap.dedent("""\
+    (source / "low_rank.md").write_text(HEADER.format(name="low_rank") + cell("""
         profile = "default"
         sample_size = None
         train_steps = 300
         device = "auto"
-        """)))
-    (source / "plain.md").write_text(HEADER.format(name="plain", parameters='profile = "default"\nk = 7'))
+        """, tags="parameters"))
+    (source / "plain.md").write_text(HEADER.format(name="plain") + cell('profile = "default"\nk = 7', tags="parameters"))
     return source
 
 
