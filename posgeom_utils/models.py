@@ -185,6 +185,31 @@ _OFFSET_MODELS = {
 }
 
 
+#: where Hugging Face models keep a learned absolute position table, below ``base_model``
+POSITION_TABLE_PATHS = (
+    "embeddings.position_embeddings",  # BERT family, RoBERTa
+    "wpe",  # GPT-2
+    "transformer.wpe",
+    "decoder.embed_positions",
+)
+
+
+def position_embedding_weight(model: Any) -> Any:
+    """The weight (a torch parameter, offset rows included) of ``model``'s learned
+    absolute position embeddings, found at one of ``POSITION_TABLE_PATHS``; ``None``
+    when it has none. Chapter: *MDS optimality*."""
+    base = getattr(model, "base_model", model)
+    for path in POSITION_TABLE_PATHS:
+        obj = base
+        for attr in path.split("."):
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                break
+        if obj is not None and hasattr(obj, "weight"):
+            return obj.weight
+    return None
+
+
 def learned_position_embeddings(model: Any, n: int | None = None) -> np.ndarray:
     """The learned absolute position table (n x d) of a Hugging Face model, as used for
     positions 0..n-1.
@@ -197,22 +222,7 @@ def learned_position_embeddings(model: Any, n: int | None = None) -> np.ndarray:
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", type(model).__name__)
     kind = getattr(config, "position_embedding_type", "absolute")
-    base = getattr(model, "base_model", model)
-    table = None
-    for path in (
-        "embeddings.position_embeddings",
-        "wpe",
-        "transformer.wpe",
-        "decoder.embed_positions",
-    ):
-        obj = base
-        for attr in path.split("."):
-            obj = getattr(obj, attr, None)
-            if obj is None:
-                break
-        if obj is not None and hasattr(obj, "weight"):
-            table = obj.weight
-            break
+    table = position_embedding_weight(model)
     if table is None or kind not in (None, "absolute"):
         raise ValueError(
             f"model (model_type={model_type!r}, position_embedding_type={kind!r}) has "

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .corpus import Corpus, check_texts
-from .models import learned_position_embeddings, select_device
+from .models import learned_position_embeddings, position_embedding_weight, select_device
 from .settings import progress
 from .tasks import shuffle_within
 
@@ -145,18 +145,7 @@ def with_position_table(model: Any, P: np.ndarray) -> Any:
     if not np.isfinite(P).all():
         raise ValueError("P has non-finite entries")
     clone = copy.deepcopy(model)
-    weight = None
-    base = getattr(clone, "base_model", clone)
-    for path in ("embeddings.position_embeddings", "wpe", "transformer.wpe",
-                 "decoder.embed_positions"):
-        obj = base
-        for attr in path.split("."):
-            obj = getattr(obj, attr, None)
-            if obj is None:
-                break
-        if obj is not None and hasattr(obj, "weight"):
-            weight = obj.weight
-            break
+    weight = position_embedding_weight(clone)
     offset = weight.shape[0] - len(current)  # RoBERTa-style offset rows stay untouched
     with torch.no_grad():
         weight[offset:offset + len(P)] = torch.as_tensor(P, dtype=weight.dtype)

@@ -9,10 +9,12 @@ import pytest
 
 from posgeom_utils.models import (
     DEFAULT_MODEL,
+    learned_position_embeddings,
     load_model,
     load_tokenizer,
     model_label,
     packaged_model_path,
+    position_embedding_weight,
     resolve_model,
     select_device,
 )
@@ -134,3 +136,16 @@ def test_load_model_packaged_cpu():
     assert next(model.parameters()).device.type == "cpu"
     pos = model.embeddings.position_embeddings.weight
     assert tuple(pos.shape) == (512, model.config.hidden_size)
+
+
+def test_position_embedding_weight_is_the_model_parameter(tiny_bert):
+    """The one place that knows where a learned table lives: the very parameter, not a copy, so that
+    order_probe.with_position_table can write into it; None for a module without one."""
+    import torch
+
+    weight = position_embedding_weight(tiny_bert)
+    assert weight is tiny_bert.embeddings.position_embeddings.weight
+    assert position_embedding_weight(torch.nn.Linear(3, 3)) is None
+    table = learned_position_embeddings(tiny_bert, n=5)
+    assert table.shape == (5, 32)
+    assert (table == weight[:5].detach().numpy()).all()
