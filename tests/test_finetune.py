@@ -14,7 +14,6 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import posgeom_utils.training as training  # noqa: E402
 from posgeom_utils.finetune import PretrainedClassifier, encode_texts, finetune  # noqa: E402
 from posgeom_utils.models import load_model, packaged_model_path  # noqa: E402
 from posgeom_utils.seeding import seed_everything  # noqa: E402
@@ -176,30 +175,16 @@ def test_record_every_and_n_record(tiny_dir, good_bad_data):
     assert [s for s, _ in records] == [0, 3, 6] and records[0][1].shape == (20, 32)
 
 
-class Interrupted(Exception):
-    """Stands for a kill in the middle of training."""
-
-
-def test_resume_after_a_kill_gives_the_same_run(tiny_dir, good_bad_data, tmp_path, monkeypatch):
+def test_resume_after_a_kill_gives_the_same_run(tiny_dir, good_bad_data, tmp_path, kill_training_at):
     """Uninterrupted vs killed when about to start step 36 (last checkpoint 30, last evaluation 20) and
     resumed by a new call: same weights, history and records (dropout included)."""
     (texts_train, y_train), (texts_eval, y_eval) = good_bad_data
     args = (texts_train, y_train, texts_eval, y_eval)
     model_a, history_a, records_a = finetune(tiny_dir, *args, config(eval_every=20, checkpoint_dir=str(tmp_path / "a")),
                                              max_len=MAX_LEN)
-    original = training.progress
-
-    def dying(iterable, **kwargs):
-        for step in original(iterable, **kwargs):
-            if step == 36:
-                raise Interrupted(step)
-            yield step
-
     cfg_b = config(eval_every=20, checkpoint_dir=str(tmp_path / "b"))
-    monkeypatch.setattr(training, "progress", dying)
-    with pytest.raises(Interrupted):
+    with kill_training_at(36):
         finetune(tiny_dir, *args, cfg_b, max_len=MAX_LEN)
-    monkeypatch.setattr(training, "progress", original)
     assert torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)["step"] == 30
     model_b, history_b, records_b = finetune(tiny_dir, *args, cfg_b, max_len=MAX_LEN)
 

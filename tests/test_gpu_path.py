@@ -154,29 +154,15 @@ def test_every_positional_mechanism_runs_under_cpu_autocast(task, positional):
 
 # --------------------------------------------------------------------------- resume under autocast
 
-class Interrupted(Exception):
-    """Stands for a kill in the middle of training."""
-
-
-def test_bf16_resume_after_a_kill_gives_the_uninterrupted_run(task, tmp_path, monkeypatch):
+def test_bf16_resume_after_a_kill_gives_the_uninterrupted_run(task, tmp_path, kill_training_at):
     """Killed when about to start step 36 (last checkpoint: step 30, last evaluation: step 20), resumed by a
     new model instance: same weights (bit for bit) and history as an uninterrupted bf16 run."""
     cfg = dict(steps=40, eval_every=20, checkpoint_every=10)
     net_a = model(task)
     history_a = train(task, net_a, config(**cfg, checkpoint_dir=str(tmp_path / "a")))
 
-    original = training.progress
-
-    def dying(iterable, **kwargs):
-        for step in original(iterable, **kwargs):
-            if step == 36:
-                raise Interrupted(step)
-            yield step
-
-    monkeypatch.setattr(training, "progress", dying)
-    with pytest.raises(Interrupted):
+    with kill_training_at(36):
         train(task, model(task), config(**cfg, checkpoint_dir=str(tmp_path / "b")))
-    monkeypatch.setattr(training, "progress", original)
     saved = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
     assert saved["step"] == 30 and saved["config"]["amp"] is True
 
