@@ -102,34 +102,3 @@ def tiny_bert():
                         intermediate_size=64, max_position_embeddings=64)
     return BertModel(config).eval()
 
-
-class TrainingKilled(Exception):
-    """Stands for a kill in the middle of training (``kill_training_at``)."""
-
-
-@pytest.fixture
-def kill_training_at(monkeypatch: pytest.MonkeyPatch):
-    """``with kill_training_at(step): train(...)``: the training loop of posgeom_utils.training (``train_classifier``
-    and ``finetune``) dies when about to start ``step``, after the checkpoints before it; the block must die there."""
-    from contextlib import contextmanager
-
-    from posgeom_utils import training
-
-    @contextmanager
-    def kill(step: int):
-        original = training.progress
-
-        def dying(iterable, **kwargs):
-            for current in original(iterable, **kwargs):
-                if current == step:
-                    raise TrainingKilled(step)
-                yield current
-
-        monkeypatch.setattr(training, "progress", dying)
-        try:
-            with pytest.raises(TrainingKilled):
-                yield
-        finally:
-            monkeypatch.setattr(training, "progress", original)
-
-    return kill

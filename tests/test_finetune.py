@@ -18,6 +18,7 @@ from posgeom_utils.finetune import PretrainedClassifier, encode_texts, finetune 
 from posgeom_utils.models import load_model, packaged_model_path  # noqa: E402
 from posgeom_utils.seeding import seed_everything  # noqa: E402
 from posgeom_utils.training import TrainConfig, evaluate  # noqa: E402
+from training_tools import killed_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
 TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
             max_position_embeddings=64)
@@ -175,7 +176,7 @@ def test_record_every_and_n_record(tiny_dir, good_bad_data):
     assert [s for s, _ in records] == [0, 3, 6] and records[0][1].shape == (20, 32)
 
 
-def test_resume_after_a_kill_gives_the_same_run(tiny_dir, good_bad_data, tmp_path, kill_training_at):
+def test_resume_after_a_kill_gives_the_same_run(tiny_dir, good_bad_data, tmp_path):
     """Uninterrupted vs killed when about to start step 36 (last checkpoint 30, last evaluation 20) and
     resumed by a new call: same weights, history and records (dropout included)."""
     (texts_train, y_train), (texts_eval, y_eval) = good_bad_data
@@ -183,7 +184,7 @@ def test_resume_after_a_kill_gives_the_same_run(tiny_dir, good_bad_data, tmp_pat
     model_a, history_a, records_a = finetune(tiny_dir, *args, config(eval_every=20, checkpoint_dir=str(tmp_path / "a")),
                                              max_len=MAX_LEN)
     cfg_b = config(eval_every=20, checkpoint_dir=str(tmp_path / "b"))
-    with kill_training_at(36):
+    with killed_at(36):
         finetune(tiny_dir, *args, cfg_b, max_len=MAX_LEN)
     assert torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)["step"] == 30
     model_b, history_b, records_b = finetune(tiny_dir, *args, cfg_b, max_len=MAX_LEN)

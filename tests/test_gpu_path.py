@@ -27,6 +27,7 @@ from posgeom_utils.tasks import planted_task  # noqa: E402
 from posgeom_utils.training import AMP_CHOICES, TrainConfig, amp_enabled, evaluate, train_classifier  # noqa: E402
 from posgeom_utils.transformer import PositionalTransformer  # noqa: E402
 from test_runner import HEADER, cell  # noqa: E402  (tests/ is on sys.path under pytest: the runner tests' fake chapters)
+from training_tools import killed_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
 GPU_NAME = "Fake H200 (mocked)"
 
@@ -154,14 +155,14 @@ def test_every_positional_mechanism_runs_under_cpu_autocast(task, positional):
 
 # --------------------------------------------------------------------------- resume under autocast
 
-def test_bf16_resume_after_a_kill_gives_the_uninterrupted_run(task, tmp_path, kill_training_at):
+def test_bf16_resume_after_a_kill_gives_the_uninterrupted_run(task, tmp_path):
     """Killed when about to start step 36 (last checkpoint: step 30, last evaluation: step 20), resumed by a
     new model instance: same weights (bit for bit) and history as an uninterrupted bf16 run."""
     cfg = dict(steps=40, eval_every=20, checkpoint_every=10)
     net_a = model(task)
     history_a = train(task, net_a, config(**cfg, checkpoint_dir=str(tmp_path / "a")))
 
-    with kill_training_at(36):
+    with killed_at(36):
         train(task, model(task), config(**cfg, checkpoint_dir=str(tmp_path / "b")))
     saved = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
     assert saved["step"] == 30 and saved["config"]["amp"] is True

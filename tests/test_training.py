@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 import posgeom_utils.training as training  # noqa: E402
 from posgeom_utils.training import History, TrainConfig, evaluate, train_classifier  # noqa: E402
 from posgeom_utils.transformer import PositionalTransformer  # noqa: E402
+from training_tools import killed_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
 V, L = 10, 8
 
@@ -152,23 +153,6 @@ def test_resume_after_interrupt_gives_same_weights(data, tmp_path):
     assert saved["step"] == 40 and saved["config"]["steps"] == 40
 
 
-class Interrupted(Exception):
-    """Stands for a kill in the middle of training."""
-
-
-def interrupt_after(monkeypatch: pytest.MonkeyPatch, stop: int) -> None:
-    """Make the training loop die when it is about to start step ``stop`` (after step stop - 1 finished)."""
-    original = training.progress
-
-    def dying(iterable, **kwargs):
-        for step in original(iterable, **kwargs):
-            if step == stop:
-                raise Interrupted(step)
-            yield step
-
-    monkeypatch.setattr(training, "progress", dying)
-
-
 @pytest.fixture(scope="module")
 def killed_and_resumed(data, tmp_path_factory):
     """Run A: 40 steps uninterrupted (eval every 20, checkpoint every 10). Run B: killed when about to start
@@ -179,14 +163,9 @@ def killed_and_resumed(data, tmp_path_factory):
     history_a = train_classifier(net_a, X_train, y_train, X_eval, y_eval,
                                  config(steps=40, eval_every=20, checkpoint_dir=str(root / "a")))
     dir_b = str(root / "b")
-    patch = pytest.MonkeyPatch()
-    try:
-        interrupt_after(patch, 36)
-        with pytest.raises(Interrupted):
-            train_classifier(model(seed=0), X_train, y_train, X_eval, y_eval,
-                             config(steps=40, eval_every=20, checkpoint_dir=dir_b))
-    finally:
-        patch.undo()
+    with killed_at(36):
+        train_classifier(model(seed=0), X_train, y_train, X_eval, y_eval,
+                         config(steps=40, eval_every=20, checkpoint_dir=dir_b))
     step_at_kill = torch.load(root / "b" / "checkpoint.pt", weights_only=False)["step"]
     net_b = model(seed=0)
     history_b = train_classifier(net_b, X_train, y_train, X_eval, y_eval,
@@ -379,15 +358,10 @@ def test_callback_records_survive_a_kill(data, tmp_path, monkeypatch):
                      callback=recorder(full), track=full)
     resumed: list = []
     folder = str(tmp_path / "run")
-    patch = pytest.MonkeyPatch()
-    try:
-        interrupt_after(patch, 36)
-        with pytest.raises(Interrupted):
-            train_classifier(model(seed=0), X_train, y_train, X_eval, y_eval,
-                             config(steps=40, eval_every=10, checkpoint_dir=folder),
-                             callback=recorder(resumed), track=resumed)
-    finally:
-        patch.undo()
+    with killed_at(36):
+        train_classifier(model(seed=0), X_train, y_train, X_eval, y_eval,
+                         config(steps=40, eval_every=10, checkpoint_dir=folder),
+                         callback=recorder(resumed), track=resumed)
     resumed_again: list = ["stale"]  # a new process: a fresh list, refilled from the checkpoint
     train_classifier(model(seed=0), X_train, y_train, X_eval, y_eval,
                      config(steps=40, eval_every=10, checkpoint_dir=folder),
