@@ -50,7 +50,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "necessity": {"sample_size": 6000, "n_seeds": 8, "train_steps": 400},
         "separation": {"n_seeds": 6, "control_seeds": 5, "d": 32, "n_layers": 2, "train_steps": 300,
                        "task_size": 8000, "gd_sequences": 512, "gd_steps": 300,
-                       "finetune_seeds": 5},
+                       "finetune_steps": 60, "finetune_seeds": 5},
         "monotonicity": {"replicates": 200, "ntk_seeds": 8, "ntk_steps": 300, "width_seeds": 5,
                          "width_steps": 200},
         "layerwise": {"sample_size": 20000, "other_sample_size": 2000, "replicates": 1000},
