@@ -1,5 +1,5 @@
 """Named parameter sets for the chapters: ``smoke`` (tests), ``default`` (the book build), ``reference``
-(what the prose interprets: committed results, 23 minutes on a 2-core CPU with 2 Dask workers), ``paper`` (GPU).
+(what the prose interprets: committed results, about half an hour on a 2-core CPU), ``paper`` (GPU).
 
 The ``paper`` profile uses the paper's model, ``bert-base-uncased`` (it needs the Hugging Face hub or a
 local copy); ``posgeom run --model ...`` replaces it, e.g. by the packaged MiniLM for a capped CPU run.
@@ -39,7 +39,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "monotonicity": {},
         "layerwise": {},
     },
-    # between the two: what the prose interprets, sized to well under an hour on a 2-core CPU (23 minutes with 2 Dask workers);
+    # between the two: what the prose interprets, sized to well under an hour on a 2-core CPU (about half an hour);
     # its results are committed under book/results/reference and shown in every chapter
     "reference": {
         "positions_in_real_text": {"replicates": 1000},
