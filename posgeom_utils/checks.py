@@ -1,0 +1,104 @@
+"""Argument checks shared by the whole package, written once.
+
+Chapter: *Positions in real text* (bad input is refused before any long computation starts). Each check
+returns the value in its canonical type or raises ``ValueError`` naming the parameter, what was given and
+the fix. The science functions call these instead of writing their own ``if ...: raise``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def fail(name: str, expected: str, value: Any, fix: str = "") -> ValueError:
+    """The error of a bad argument: ``name must be <expected>, got <value>[: <fix>]``.
+    Chapter: *Positions in real text*."""
+    return ValueError(f"{name} must be {expected}, got {name}={value!r}" + (f": {fix}" if fix else ""))
+
+
+def integer(value: Any, name: str, minimum: int | None = 1, maximum: int | None = None, fix: str = "") -> int:
+    """``value`` as an ``int`` in ``[minimum, maximum]`` (booleans and floats are refused).
+    Chapter: *Positions in real text*."""
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    ok = ok and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+    if not ok:
+        span = (f"in [{minimum}, {maximum}]" if minimum is not None and maximum is not None
+                else f">= {minimum}" if minimum is not None else f"<= {maximum}" if maximum is not None else "")
+        raise fail(name, f"an integer {span}".rstrip(), value, fix or f"pass e.g. {name}={max(minimum or 0, 1)}")
+    return int(value)
+
+
+def number(value: Any, name: str, low: float | None = None, high: float | None = None, *,
+           low_open: bool = False, high_open: bool = False, fix: str = "") -> float:
+    """``value`` as a finite ``float`` in the interval from ``low`` to ``high`` (open ends where asked).
+    NaN, infinities and booleans are refused. Chapter: *Positions in real text*."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    ok = ok and math.isfinite(float(value))
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        parts = ([f"{'>' if low_open else '>='} {low:g}"] if low is not None else []) + \
+                ([f"{'<' if high_open else '<='} {high:g}"] if high is not None else [])
+        raise fail(name, "a finite number" + (f" {' and '.join(parts)}" if parts else ""), value, fix)
+    return float(value)
+
+
+def choice(value: Any, name: str, choices: Iterable[Any], fix: str = "") -> Any:
+    """``value`` if it is one of ``choices``. Chapter: *Positions in real text*."""
+    choices = tuple(choices)
+    if not any(value == c and type(value) is type(c) for c in choices):
+        raise fail(name, f"one of {', '.join(map(repr, choices))}", value, fix)
+    return value
+
+
+def finite_array(X: Any, name: str, ndim: int = 2) -> np.ndarray:
+    """``X`` as a float64 array with ``ndim`` dimensions, none of them empty, and finite entries.
+    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != ndim or 0 in X.shape:
+        raise ValueError(f"{name} must be a non-empty {ndim}-D array, got shape {X.shape}")
+    if not np.all(np.isfinite(X)):
+        raise ValueError(f"{name} contains NaN or inf")
+    return X
+
+
+def probability_rows(mu: Any, name: str = "mu", atol: float = 1e-8) -> None:
+    """Raise unless ``mu`` (dense or sparse) is an (n, V) array of finite, non-negative rows summing to 1.
+    Chapter: *Positions in real text*."""
+    shape = getattr(mu, "shape", None)
+    if shape is None or len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+        raise ValueError(f"{name} must be a 2-D (n, V) array of probability rows, got shape {shape}")
+    values = mu.data if sp.issparse(mu) else np.asarray(mu)
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{name} contains NaN or inf: every row must be a probability vector")
+    if np.any(values < 0):
+        raise ValueError(f"{name} has negative entries: every row must be a probability vector")
+    sums = np.asarray(mu.sum(axis=1)).ravel()
+    bad = np.flatnonzero(np.abs(sums - 1) > atol * max(1, shape[1]) ** 0.5)
+    if bad.size:
+        raise ValueError(f"{name} row {bad[0]} sums to {sums[bad[0]]:.6g}, not 1: normalise the rows "
+                         "(PositionalMarginals.mu() does) before computing distances")
+
+
+def distance_matrix(D: Any, name: str = "D", atol: float = 1e-9) -> np.ndarray:
+    """``D`` as a float64 square, symmetric, finite, non-negative matrix with zero diagonal.
+    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    D = np.asarray(D, dtype=np.float64)
+    if D.ndim != 2 or D.shape[0] != D.shape[1] or D.shape[0] < 1:
+        raise ValueError(f"{name} must be a square (n, n) distance matrix, got shape {D.shape}")
+    if not np.all(np.isfinite(D)):
+        raise ValueError(f"{name} contains NaN or inf")
+    if np.any(D < 0):
+        raise ValueError(f"{name} has negative entries: distances are non-negative")
+    scale = max(1.0, float(np.abs(D).max()))
+    if not np.allclose(D, D.T, atol=atol * scale, rtol=0):
+        raise ValueError(f"{name} is not symmetric (max |D - D^T| = {np.abs(D - D.T).max():.3g})")
+    if np.any(np.abs(np.diag(D)) > atol * scale):
+        raise ValueError(f"{name} has a non-zero diagonal: the distance of a position to itself is 0")
+    return D
