@@ -26,14 +26,34 @@ def integer(value: Any, name: str, minimum: int | None = 1, maximum: int | None 
     ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
     ok = ok and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
     if not ok:
-        span = (f"in [{minimum}, {maximum}]" if minimum is not None and maximum is not None
-                else f">= {minimum}" if minimum is not None else f"<= {maximum}" if maximum is not None else "")
-        raise fail(name, f"an integer {span}".rstrip(), value, fix or f"pass e.g. {name}={max(minimum or 0, 1)}")
+        span = (
+            f"in [{minimum}, {maximum}]"
+            if minimum is not None and maximum is not None
+            else f">= {minimum}"
+            if minimum is not None
+            else f"<= {maximum}"
+            if maximum is not None
+            else ""
+        )
+        raise fail(
+            name,
+            f"an integer {span}".rstrip(),
+            value,
+            fix or f"pass e.g. {name}={max(minimum or 0, 1)}",
+        )
     return int(value)
 
 
-def number(value: Any, name: str, low: float | None = None, high: float | None = None, *,
-           low_open: bool = False, high_open: bool = False, fix: str = "") -> float:
+def number(
+    value: Any,
+    name: str,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    fix: str = "",
+) -> float:
     """``value`` as a finite ``float`` in the interval from ``low`` to ``high`` (open ends where asked).
     NaN, infinities and booleans are refused. Chapter: *Positions in real text*."""
     ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
@@ -43,8 +63,9 @@ def number(value: Any, name: str, low: float | None = None, high: float | None =
     if ok and high is not None:
         ok = value < high if high_open else value <= high
     if not ok:
-        parts = ([f"{'>' if low_open else '>='} {low:g}"] if low is not None else []) + \
-                ([f"{'<' if high_open else '<='} {high:g}"] if high is not None else [])
+        parts = ([f"{'>' if low_open else '>='} {low:g}"] if low is not None else []) + (
+            [f"{'<' if high_open else '<='} {high:g}"] if high is not None else []
+        )
         raise fail(name, "a finite number" + (f" {' and '.join(parts)}" if parts else ""), value, fix)
     return float(value)
 
@@ -82,8 +103,10 @@ def probability_rows(mu: Any, name: str = "mu", atol: float = 1e-8) -> None:
     sums = np.asarray(mu.sum(axis=1)).ravel()
     bad = np.flatnonzero(np.abs(sums - 1) > atol * max(1, shape[1]) ** 0.5)
     if bad.size:
-        raise ValueError(f"{name} row {bad[0]} sums to {sums[bad[0]]:.6g}, not 1: normalise the rows "
-                         "(PositionalMarginals.mu() does) before computing distances")
+        raise ValueError(
+            f"{name} row {bad[0]} sums to {sums[bad[0]]:.6g}, not 1: normalise the rows "
+            "(PositionalMarginals.mu() does) before computing distances"
+        )
 
 
 def distance_matrix(D: Any, name: str = "D", atol: float = 1e-9) -> np.ndarray:

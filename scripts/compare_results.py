@@ -24,16 +24,24 @@ def load(spec: str) -> dict[str, dict[str, Any]]:
     """``{chapter: results}`` of a folder, or of ``REV:path`` in git."""
     if ":" in spec and not Path(spec).exists():
         rev, path = spec.split(":", 1)
-        names = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, path], capture_output=True,
-                               text=True, check=True).stdout.split()
+        names = subprocess.run(
+            ["git", "ls-tree", "-r", "--name-only", rev, path],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         out = {}
         for name in names:
             if name.endswith("/results.json"):
-                text = subprocess.run(["git", "show", f"{rev}:{name}"], capture_output=True, text=True,
-                                      check=True).stdout
+                text = subprocess.run(
+                    ["git", "show", f"{rev}:{name}"], capture_output=True, text=True, check=True
+                ).stdout
                 out[Path(name).parent.name] = json.loads(text)["results"]
         return out
-    return {p.parent.name: json.loads(p.read_text())["results"] for p in sorted(Path(spec).glob("*/results.json"))}
+    return {
+        p.parent.name: json.loads(p.read_text())["results"]
+        for p in sorted(Path(spec).glob("*/results.json"))
+    }
 
 
 def same(a: Any, b: Any, rtol: float) -> bool:
@@ -53,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("old")
     parser.add_argument("new")
-    parser.add_argument("--rename", action="append", default=[], help="old=new (key or chapter:key)")
+    parser.add_argument(
+        "--rename", action="append", default=[], help="old=new (key or chapter:key)"
+    )
     parser.add_argument("--renames", type=Path, help="a file of 'old new' pairs")
     parser.add_argument("--rtol", type=float, default=0.0)
     parser.add_argument("--chapters", nargs="*", help="compare only these chapters")
@@ -82,11 +92,20 @@ def main(argv: list[str] | None = None) -> int:
                 b = b.split(":", 1)[-1]
             renames[a] = b
         mine, theirs = old[chapter], new[chapter]
-        differ = [(k, v, theirs.get(renames.get(k, k), "<missing>")) for k, v in mine.items()
-                  if not same(v, theirs.get(renames.get(k, k), object()), args.rtol)]
+        differ = [
+            (k, v, theirs.get(renames.get(k, k), "<missing>"))
+            for k, v in mine.items()
+            if not same(v, theirs.get(renames.get(k, k), object()), args.rtol)
+        ]
         added = sorted(set(theirs) - {renames.get(k, k) for k in mine})
-        print(f"{chapter}: {len(mine) - len(differ)} of {len(mine)} values identical"
-              + (f", {len(added)} added ({', '.join(added[:8])}{', ...' if len(added) > 8 else ''})" if added else ""))
+        print(
+            f"{chapter}: {len(mine) - len(differ)} of {len(mine)} values identical"
+            + (
+                f", {len(added)} added ({', '.join(added[:8])}{', ...' if len(added) > 8 else ''})"
+                if added
+                else ""
+            )
+        )
         for key, a, b in differ[:40]:
             print(f"    {key}: {a!r} -> {b!r}")
         bad += bool(differ)
