@@ -4,8 +4,9 @@
 
 OLD and NEW are result folders (``<dir>/<chapter>/results.json``) or ``REV:path`` for a folder committed at a
 git revision (e.g. ``HEAD~3:book/results/reference``). Every key of OLD must be in NEW (after renaming) with an
-identical value (exactly equal, or within ``--rtol`` for floats when asked); keys only NEW has are listed as
-added. ``--renames FILE`` reads ``old new`` pairs, one per line (``#`` starts a comment); a pair may name a
+identical value (exactly equal, or for floats within ``--atol + --rtol * max(|a|, |b|)`` when asked: rerunning
+unchanged code on another CPU, or under another load, moves float32 training results by about 1e-6 and values
+that are rounding error, such as a stress of 1e-31, by 100%); keys only NEW has are listed as added. ``--renames FILE`` reads ``old new`` pairs, one per line (``#`` starts a comment); a pair may name a
 chapter, ``chapter:old chapter:new``. Exits 1 on any difference, 0 otherwise.
 """
 
@@ -44,16 +45,18 @@ def load(spec: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def same(a: Any, b: Any, rtol: float) -> bool:
-    """Equal values; floats within ``rtol`` (0: exactly), NaN equal to NaN; lists element by element."""
+def same(a: Any, b: Any, rtol: float = 0.0, atol: float = 0.0) -> bool:
+    """Equal values; numbers within ``atol + rtol * max(|a|, |b|)``, NaN equal to NaN; lists and dicts
+    element by element."""
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same(x, y, rtol) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y, rtol, atol) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k], rtol) for k in a)
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-        if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return a.keys() == b.keys() and all(same(a[k], b[k], rtol, atol) for k in a)
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
+    if numbers:
+        if math.isnan(a) and math.isnan(b):
             return True
-        return a == b or abs(a - b) <= rtol * max(abs(a), abs(b))
+        return a == b or abs(a - b) <= atol + rtol * max(abs(a), abs(b))
     return a == b
 
 
@@ -65,7 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         "--rename", action="append", default=[], help="old=new (key or chapter:key)"
     )
     parser.add_argument("--renames", type=Path, help="a file of 'old new' pairs")
-    parser.add_argument("--rtol", type=float, default=0.0)
+    parser.add_argument(
+        "--rtol", type=float, default=0.0, help="relative tolerance for numbers (default 0)"
+    )
+    parser.add_argument(
+        "--atol", type=float, default=0.0, help="absolute tolerance for numbers (default 0)"
+    )
     parser.add_argument("--chapters", nargs="*", help="compare only these chapters")
     args = parser.parse_args(argv)
     pairs = [r.split("=", 1) for r in args.rename]
@@ -92,19 +100,20 @@ def main(argv: list[str] | None = None) -> int:
                 b = b.split(":", 1)[-1]
             renames[a] = b
         mine, theirs = old[chapter], new[chapter]
+        missing = object()
+        found = [(k, a, theirs.get(renames.get(k, k), missing)) for k, a in mine.items()]
+        exact = sum(b is not missing and same(a, b) for _, a, b in found)
         differ = [
-            (k, v, theirs.get(renames.get(k, k), "<missing>"))
-            for k, v in mine.items()
-            if not same(v, theirs.get(renames.get(k, k), object()), args.rtol)
+            (k, a, "<missing>" if b is missing else b)
+            for k, a, b in found
+            if b is missing or not same(a, b, args.rtol, args.atol)
         ]
         added = sorted(set(theirs) - {renames.get(k, k) for k in mine})
+        note = f" ({exact} exactly)" if args.rtol or args.atol else ""
+        more = f", {len(added)} added ({', '.join(added[:8])}{', ...' if len(added) > 8 else ''})"
         print(
-            f"{chapter}: {len(mine) - len(differ)} of {len(mine)} values identical"
-            + (
-                f", {len(added)} added ({', '.join(added[:8])}{', ...' if len(added) > 8 else ''})"
-                if added
-                else ""
-            )
+            f"{chapter}: {len(mine) - len(differ)} of {len(mine)} values identical{note}"
+            + (more if added else "")
         )
         for key, a, b in differ[:40]:
             print(f"    {key}: {a!r} -> {b!r}")
