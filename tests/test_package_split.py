@@ -1,8 +1,9 @@
-"""The science package stands alone, and what a chapter's numbers depend on decides what is re-executed.
+"""The science package stands alone, and only what can change a number decides what is re-executed.
 
-``posgeom_utils`` (the science) imports nothing from ``posgeom_utils.repro`` (the reproduction machinery);
-the build's execution cache and the freshness of committed results are keyed by the chapter source, the
-science modules and the pinned environment, not by machinery files (README, *How this book is built*).
+``posgeom_utils`` (the science) imports nothing from ``posgeom_utils.repro`` (the reproduction machinery). The
+freshness of committed results and the build's execution cache are keyed by normalised code (the chapter's
+code cells, the package modules they import, the pins): a docstring, a reformat or a move of a function keeps
+them; one new constant invalidates them (README, *How this book is built*).
 """
 
 from __future__ import annotations
@@ -64,8 +65,24 @@ def test_importing_the_science_package_loads_no_machinery():
 
 # --------------------------------------------------------------------------- invalidation
 
+CHAPTER = """---
+jupytext: {text_representation: {extension: .md, format_name: myst}}
+kernelspec: {name: python3, display_name: Python 3, language: python}
+---
+# A chapter
+
+```{code-cell} ipython3
+from posgeom_utils.geometry import stress
+from posgeom_utils.encodings import sinusoidal
+from posgeom_utils.repro.results import glue
+
+glue("x", stress(sinusoidal(4, 2), sinusoidal(4, 2)))
+```
+"""
+
+
 def _checkout(tmp_path: Path) -> Path:
-    """A minimal copy of the checkout: the package, the environment files and the build script."""
+    """A minimal copy of the checkout: the package, the environment files, the build script, a chapter."""
     root = tmp_path / "repo"
     shutil.copytree(ROOT / "posgeom_utils", root / "posgeom_utils",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -74,7 +91,7 @@ def _checkout(tmp_path: Path) -> Path:
     (root / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "build_book.sh", root / "scripts" / "build_book.sh")
     (root / "notebooks").mkdir()
-    (root / "notebooks" / "chapter.md").write_text("---\njupytext: {}\n---\n# A chapter\n")
+    (root / "notebooks" / "chapter.md").write_text(CHAPTER)
     return root
 
 
@@ -92,58 +109,100 @@ def _fake_venv(tmp_path: Path) -> Path:
     return python
 
 
-def _build(root: Path, python: Path) -> str:
+def _build(root: Path, python: Path) -> bool:
+    """Run the build script; True when it cleared the execution cache."""
     done = subprocess.run(["bash", "scripts/build_book.sh"], cwd=root, capture_output=True, text=True,
                           env={**os.environ, "PY": str(python)})
     assert done.returncode == 0, done.stderr + done.stdout
-    return done.stdout
+    return "clearing the execution cache" in done.stdout
 
 
-def _touch(path: Path) -> None:
-    path.write_text(path.read_text() + "\n# edited\n")
+def _edit(path: Path, how: str) -> None:
+    """Edit a module without changing what it does (docstring, comment, reformat) or with a change of behaviour
+    (a new constant)."""
+    text = path.read_text()
+    tree = ast.parse(text)
+    if how == "docstring":
+        function = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and ast.get_docstring(n))
+        doc = function.body[0].value
+        lines = text.splitlines(keepends=True)
+        line = doc.lineno - 1
+        lines[line] = lines[line].replace('"""', '"""Reworded. ', 1)
+        text = "".join(lines) + "\n# a comment\n"
+    elif how == "reformat":
+        text = ast.unparse(tree)  # another layout, the comments gone
+    elif how == "behaviour":
+        text += "\nTHRESHOLD = 0.5\n"
+    path.write_text(text)
 
 
-def test_build_cache_survives_a_machinery_edit_and_not_a_science_edit(tmp_path):
-    root, python = _checkout(tmp_path), _fake_venv(tmp_path)
-    cached = root / "_build" / ".jupyter_cache" / "executed"
-    _build(root, python)
-    assert cached.exists()
-    for machinery in ("repro/ledger.py", "repro/cli.py", "repro/results.py", "repro/claims.py"):
-        _touch(root / "posgeom_utils" / machinery)
-        out = _build(root, python)
-        assert "clearing the execution cache" not in out, machinery
-    for science in ("geometry.py", "encodings.py"):
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.touch()
-        (cached.parent / "sentinel").touch()
-        _touch(root / "posgeom_utils" / science)
-        out = _build(root, python)
-        assert "clearing the execution cache" in out, science
-        assert not (cached.parent / "sentinel").exists(), science
-    _touch(root / "requirements.txt")
-    assert "clearing the execution cache" in _build(root, python)
+def _move_a_function(source: Path, target: Path) -> str:
+    """Cut the last top-level function of ``source`` and append it to ``target``; return its name."""
+    tree = ast.parse(source.read_text())
+    function = [n for n in tree.body if isinstance(n, ast.FunctionDef)][-1]
+    lines = source.read_text().splitlines(keepends=True)
+    start = (function.decorator_list[0].lineno if function.decorator_list else function.lineno) - 1
+    moved = "".join(lines[start:function.end_lineno])
+    source.write_text("".join(lines[:start] + lines[function.end_lineno:]))
+    target.write_text(target.read_text() + "\n\n" + moved)
+    return function.name
 
 
-def test_source_hash_ignores_machinery_and_follows_science(tmp_path):
+@pytest.mark.parametrize("how", ["docstring", "reformat"])
+def test_an_edit_that_changes_no_behaviour_keeps_results_fresh(tmp_path, how):
     root = _checkout(tmp_path)
     chapter = root / "notebooks" / "chapter.md"
-    before = sources.source_hash(chapter, root)
-    _touch(root / "posgeom_utils" / "repro" / "ledger.py")
-    _touch(root / "posgeom_utils" / "repro" / "runner.py")
-    assert sources.source_hash(chapter, root) == before
-    _touch(root / "posgeom_utils" / "marginals.py")
-    after_science = sources.source_hash(chapter, root)
-    assert after_science != before
-    _touch(chapter)
-    assert sources.source_hash(chapter, root) != after_science
-    env_before = sources.science_hash(root)
-    _touch(root / "pyproject.toml")
-    assert sources.science_hash(root) != env_before
+    before = sources.code_hash(chapter, root)
+    _edit(root / "posgeom_utils" / "geometry.py", how)
+    assert sources.code_hash(chapter, root) == before
 
 
-def test_science_files_are_the_top_level_modules_and_environment():
-    names = [p.relative_to(ROOT).as_posix() for p in sources.science_files(ROOT)]
-    assert "posgeom_utils/geometry.py" in names and "requirements.txt" in names
-    assert not any("repro" in n for n in names)
-    with pytest.raises(FileNotFoundError, match="root"):
-        sources.science_files(ROOT / "book")
+def test_moving_a_function_between_imported_modules_keeps_results_fresh(tmp_path):
+    root = _checkout(tmp_path)
+    chapter = root / "notebooks" / "chapter.md"
+    before = sources.code_hash(chapter, root)
+    _move_a_function(root / "posgeom_utils" / "geometry.py", root / "posgeom_utils" / "encodings.py")
+    assert sources.code_hash(chapter, root) == before
+
+
+def test_a_change_of_behaviour_makes_results_stale(tmp_path):
+    root = _checkout(tmp_path)
+    chapter = root / "notebooks" / "chapter.md"
+    before = sources.code_hash(chapter, root)
+    _edit(root / "posgeom_utils" / "geometry.py", "behaviour")
+    assert sources.code_hash(chapter, root) != before
+    also = sources.code_hash(chapter, root)
+    chapter.write_text(CHAPTER.replace("sinusoidal(4, 2))", "sinusoidal(6, 2))", 1))
+    assert sources.code_hash(chapter, root) != also
+    pinned = sources.code_hash(chapter, root)
+    pins = root / "requirements.txt"
+    pins.write_text(pins.read_text().replace("numpy==", "numpy>="))
+    assert sources.code_hash(chapter, root) != pinned
+
+
+def test_what_cannot_change_a_number_does_not_count(tmp_path):
+    root = _checkout(tmp_path)
+    chapter = root / "notebooks" / "chapter.md"
+    before = sources.code_hash(chapter, root)
+    for machinery in ("repro/ledger.py", "repro/cli.py", "repro/runner.py"):
+        _edit(root / "posgeom_utils" / machinery, "behaviour")
+    _edit(root / "posgeom_utils" / "ntk.py", "behaviour")  # a module the chapter does not import
+    chapter.write_text(CHAPTER.replace("# A chapter", "# A chapter\n\nMore prose."))
+    (root / "requirements.txt").write_text((root / "requirements.txt").read_text() + "# a comment\n")
+    assert sources.code_hash(chapter, root) == before
+    _edit(root / "posgeom_utils" / "repro" / "results.py", "behaviour")  # the glue records the numbers
+    assert sources.code_hash(chapter, root) != before
+
+
+def test_build_cache_is_cleared_by_behaviour_only(tmp_path):
+    root, python = _checkout(tmp_path), _fake_venv(tmp_path)
+    assert not _build(root, python)
+    _edit(root / "posgeom_utils" / "geometry.py", "docstring")
+    _edit(root / "posgeom_utils" / "repro" / "cli.py", "behaviour")
+    assert not _build(root, python)
+    _edit(root / "posgeom_utils" / "encodings.py", "behaviour")
+    assert _build(root, python)
+    assert not (root / "_build" / ".jupyter_cache" / "sentinel").exists()
+    pins = root / "requirements.txt"
+    pins.write_text(pins.read_text().replace("numpy==", "numpy>="))
+    assert _build(root, python)

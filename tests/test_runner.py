@@ -1,7 +1,8 @@
-"""``posgeom run`` (posgeom_utils.repro.runner): results with provenance, skipping, failures, resume, cap, the CLI.
+"""``posgeom run`` (posgeom_utils.repro.runner): results with provenance, skipping, failures, resume, cap,
+the executor, the CLI, and the freshness of the committed results.
 
-Most tests execute tiny fake MyST chapters written here (a kernel start each, a few seconds); the last test
-uses the session fixture ``smoke_run`` (conftest.py), which runs every real chapter with the smoke profile.
+The tests execute tiny fake MyST chapters written here (a kernel start each, a few seconds); the real chapters
+run in the book build and under nbval, not here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from posgeom_utils.repro import runner
 from posgeom_utils.repro.cli import build_parser
 from posgeom_utils.repro.runner import RunError, RunSummary, requested_parameters, run_chapters
+from posgeom_utils.repro.sources import code_hash
 from test_cli import run_cli  # tests/ is on sys.path under pytest (no __init__.py)
 
 HEADER = """\
@@ -33,7 +35,7 @@ kernelspec:
 # {name}
 """
 
-PROVENANCE = ("profile", "requested_parameters", "package_version", "commit", "dirty", "source_hash",
+PROVENANCE = ("profile", "requested_parameters", "package_version", "commit", "dirty", "code_hash", "execution",
               "libraries", "device_name", "cap", "started", "finished", "wall_seconds", "hostname", "platform")
 
 
@@ -42,20 +44,13 @@ def cell(source: str, tags: str | None = None) -> str:
     return f"\n```{{code-cell}} ipython3\n{meta}{textwrap.dedent(source).strip()}\n```\n"
 
 
-def chapter(name: str, parameters: str, body: str, save: bool = True) -> str:
-    """A fake chapter in the book's layout: imports + start_parameters, parameters, show_parameters, body,
-    and save_results() in the last cell."""
+def chapter(name: str, parameters: str, body: str, show: bool = True) -> str:
+    """A fake chapter in the book's layout: parameters, the one ``show_parameters`` call, then the body."""
     text = HEADER.format(name=name)
-    text += cell("""
-        from posgeom_utils.repro.results import glue, save_results, show_parameters, start_parameters
-
-        start_parameters(globals())
-        """)
     text += cell(parameters, tags="parameters")
-    text += cell(f'show_parameters("{name}", globals())')
+    call = f'show_parameters("{name}", globals())' if show else ""
+    text += cell(f"from posgeom_utils.repro.results import glue, show_parameters\n{call}")
     text += cell(body)
-    if save:
-        text += cell("save_results()")
     return text
 
 
@@ -79,8 +74,7 @@ BROKEN = chapter("broken", 'profile = "default"', """
     glue("before", 1)
     raise ValueError("deliberate failure in a fake chapter")
     """)
-LEGACY = chapter("legacy", 'profile = "default"\nm = 5', 'glue("double", 2 * m)', save=False)
-SILENT = chapter("silent", 'profile = "default"', "x = 1", save=False)
+SILENT = chapter("silent", 'profile = "default"', 'glue("x", 1)', show=False)
 TRAINER = chapter("trainer", """
     profile = "default"
     train_steps = 20
@@ -155,8 +149,8 @@ def test_results_json_has_parameters_results_and_provenance(two_chapters):
     prov = a["provenance"]
     assert set(PROVENANCE) <= set(prov)
     assert prov["profile"] == "smoke" and prov["requested_parameters"] == {"profile": "smoke"}
-    assert prov["cap"] is None and prov["results_source"] == "save_results"
-    assert len(prov["source_hash"]) == 64 and prov["wall_seconds"] > 0
+    assert prov["cap"] is None and prov["execution"] == {}
+    assert len(prov["code_hash"]) == 64 and prov["wall_seconds"] > 0
     assert prov["started"] <= prov["finished"] and prov["started"].endswith("+00:00")
     assert set(runner.LIBRARIES) | {"python"} <= set(prov["libraries"]) and prov["libraries"]["numpy"]
     assert results(out, "beta")["results"] == {"square": 49}
@@ -188,21 +182,19 @@ def test_second_run_skips_and_changes_rerun(two_chapters, tmp_path):
 # --------------------------------------------------------------------------- failures
 
 def test_a_failing_chapter_does_not_stop_the_others(tmp_path, capsys):
-    source = write(tmp_path / "src", alpha=ALPHA, broken=BROKEN, legacy=LEGACY, silent=SILENT)
+    source = write(tmp_path / "src", alpha=ALPHA, broken=BROKEN, silent=SILENT)
     out = tmp_path / "out"
     code, stdout, stderr = run_cli(["run", "--profile", "smoke", "--source-dir", str(source), "--out", str(out)],
                                    capsys)
     assert code == 1, stderr
-    assert "broken: FAILED" in stdout and "alpha: ran" in stdout and "2 ran, 0 skipped, 2 failed" in stdout
+    assert "broken: FAILED" in stdout and "alpha: ran" in stdout and "1 ran, 0 skipped, 2 failed" in stdout
     failed = json.loads((out / "broken" / "failed.json").read_text())
     assert failed["error"] == "ValueError" and "deliberate failure" in failed["message"]
     assert any("deliberate failure" in line for line in failed["traceback"]) and failed["wall_seconds"] > 0
     assert not (out / "broken" / "results.json").exists() and (out / "broken" / "broken.ipynb").is_file()
-    # an old chapter without save_results: its glued values are read back from the executed notebook
-    legacy = results(out, "legacy")
-    assert legacy["results"] == {"double": 10} and legacy["provenance"]["results_source"] == "glue outputs"
+    # a chapter that never calls show_parameters saves nothing: a failure that says what to add
     silent = json.loads((out / "silent" / "failed.json").read_text())
-    assert "save_results" in silent["message"]
+    assert "show_parameters" in silent["message"]
     assert results(out, "alpha")["results"]["total"] == 300
 
     # once fixed, the chapter runs, failed.json goes, and the others are skipped
@@ -344,22 +336,6 @@ def test_run_help_mentions_every_option(capsys):
     assert code == 0 and "run" in stdout
 
 
-# --------------------------------------------------------------------------- the real chapters
-
-@pytest.mark.notebook
-def test_smoke_run_of_every_real_chapter(smoke_run: RunSummary):
-    chapters = runner.available_chapters(runner.default_source_dir())
-    assert not smoke_run.failed, [json.loads((smoke_run.out / c / "failed.json").read_text())["message"]
-                                  for c in smoke_run.failed]
-    assert sorted(smoke_run.ran) == chapters
-    for name in chapters:
-        data = results(smoke_run.out, name)
-        assert data["results"], f"{name}: no glued results"
-        assert data["provenance"]["profile"] == "smoke" and data["parameters"]["profile"] == "smoke"
-    again = run_chapters("smoke", out=smoke_run.out, log=lambda line: None)  # a rerun skips what is current
-    assert sorted(again.skipped) == chapters and not again.ran and not again.failed
-
-
 # --------------------------------------------------------------------------- freshness of committed results
 
 COMMITTED = Path(__file__).resolve().parents[1] / "book" / "results"
@@ -371,7 +347,7 @@ def test_stale_results_names_edited_and_missing_chapters(tmp_path):
     for name in ("alpha", "beta"):  # results as posgeom run records them, for the sources as they are
         (out / name).mkdir(parents=True)
         (out / name / "results.json").write_text(json.dumps(
-            {"results": {}, "provenance": {"source_hash": runner.source_hash(source / f"{name}.md")}}))
+            {"results": {}, "provenance": {"code_hash": code_hash(source / f"{name}.md")}}))
     assert runner.stale_results(out, source) == {}
     edited = write(tmp_path / "edited", alpha=ALPHA.replace("n = 3", "n = 5"))
     stale = runner.stale_results(out, edited)
@@ -389,11 +365,10 @@ def test_committed_results_are_fresh(profile):
 def test_parameters_block_shows_values_and_meanings():
     from posgeom_utils.repro import results as report
 
-    namespace: dict = {"In": []}
-    report.start_parameters(namespace)
+    namespace: dict = {"In": [""]}
     source = 'profile = "default"  # smoke | default | paper\nn = 32  # positions compared\nseed = 0\n'
-    for cell_source in (source, "n = 16\n"):  # the parameters cell, then papermill's injected cell
-        exec(cell_source, namespace)  # noqa: S102 - as the kernel runs them
+    for cell_source in (source, "n = 16\n", "show_parameters(...)"):  # parameters, papermill's, this cell
+        exec(cell_source if "=" in cell_source else "", namespace)  # noqa: S102 - as the kernel runs them
         namespace["In"].append(cell_source)
     block = report.show_parameters("chapter", namespace)
     frame = block.frame
@@ -401,4 +376,94 @@ def test_parameters_block_shows_values_and_meanings():
     assert frame.loc["seed", "meaning"] == "" and "In" not in frame.index
     html = block._repr_html_()
     assert html.startswith("<details") and "<code>default</code>" in html and "positions compared" in html
-    assert report.parameter_comments("x = 1  # one\ny=2\n# z = 3  # no\n") == {"x": "one"}
+    assert list(frame.index) == ["profile", "n", "seed"]
+
+
+# --------------------------------------------------------------------------- where the sweeps run
+
+#: a chapter with a sweep, written as the book's chapters write theirs
+SWEEPER = chapter("sweeper", """
+    profile = "default"
+    train_steps = 20
+    """, """
+    import os
+
+    import torch
+    from torch import nn
+
+    from posgeom_utils.repro.results import checkpoint_dir
+    from posgeom_utils.scale.sweeps import run_sweep
+    from posgeom_utils.training import TrainConfig, train_classifier
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(96, 4, generator=g)
+    y = (X[:, 0] > 0).long()
+
+
+    def train(run):
+        with open(run["log"], "a") as log:  # which runs were computed (not read back)
+            log.write(run["name"] + "\\n")
+        if run["name"] == "seed2" and os.path.exists(run["log"] + ".fail"):
+            raise RuntimeError("interrupted")
+        torch.manual_seed(run["seed"])
+        model = nn.Linear(4, 2)
+        config = TrainConfig(steps=run["steps"], batch_size=16, eval_every=10, seed=run["seed"],
+                             device="cpu", threads=1, checkpoint_dir=run["checkpoint_dir"])
+        history = train_classifier(model, X[:64], y[:64], X[64:], y[64:], config)
+        return {"loss": history.eval_loss[-1], "weight_sum": float(model.weight.detach().sum())}
+
+
+    runs = [{"name": f"seed{s}", "seed": s, "steps": train_steps, "log": os.path.abspath("calls.log"),
+             "checkpoint_dir": checkpoint_dir(f"seed{s}")} for s in range(4)]
+    swept = run_sweep(train, runs, directory=checkpoint_dir("sweep"))
+    glue("executor", os.environ.get("POSGEOM_EXECUTOR", "unset"))
+    glue("weight_sums", [r["weight_sum"] for r in swept])
+    """)
+
+
+def calls(source: Path) -> list[str]:
+    log = source / "calls.log"
+    return sorted(log.read_text().split()) if log.exists() else []
+
+
+def test_sweep_is_identical_serially_and_on_dask_and_resumes_across_executors(tmp_path):
+    source = write(tmp_path / "src", sweeper=SWEEPER, beta=BETA)
+    out = tmp_path / "out"
+    (source / "calls.log.fail").touch()  # the first attempt is interrupted at its third run
+    first = run_chapters("smoke", out=out, source_dir=source, log=quiet)
+    assert first.failed == ["sweeper"] and first.ran == ["beta"]
+    assert calls(source) == ["seed0", "seed1", "seed2"]
+
+    (source / "calls.log.fail").unlink()
+    (source / "calls.log").unlink()
+    second = run_chapters("smoke", out=out, source_dir=source, log=quiet, executor="dask", workers=2)
+    assert second.ran == ["sweeper"] and second.skipped == ["beta"]  # beta: current, whatever the executor
+    assert calls(source) == ["seed2", "seed3"]  # the finished runs were read back, not recomputed
+    on_dask = results(out, "sweeper")
+    assert on_dask["results"]["executor"] == "dask"
+    assert on_dask["provenance"]["execution"] == {"executor": "dask", "workers": 2}
+    assert on_dask["provenance"]["requested_parameters"] == {"profile": "smoke"}
+
+    third = run_chapters("smoke", out=out, source_dir=source, log=quiet)  # serial: still current
+    assert third.skipped == ["beta", "sweeper"]
+    (source / "calls.log").unlink()
+    fresh = run_chapters("smoke", ["sweeper"], out=tmp_path / "serial", source_dir=source, log=quiet)
+    assert fresh.ran == ["sweeper"] and calls(source) == ["seed0", "seed1", "seed2", "seed3"]
+    serial = results(tmp_path / "serial", "sweeper")
+    assert serial["results"]["executor"] == "unset" and serial["provenance"]["execution"] == {}
+    assert serial["results"]["weight_sums"] == on_dask["results"]["weight_sums"]  # bit for bit
+    assert len(set(serial["results"]["weight_sums"])) == 4  # the seeds do differ: the check can fail
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    ({"executor": "spark"}, "--executor"),
+    ({"executor": "dask", "workers": 0}, "--workers"),
+    ({"workers": 2}, "--workers"),
+    ({"executor": "serial", "scheduler": "tcp://127.0.0.1:8786"}, "--scheduler"),
+])
+def test_bad_execution_options_are_refused_before_anything_runs(tmp_path, kwargs, argument):
+    source = write(tmp_path / "src", beta=BETA)
+    with pytest.raises(RunError) as caught:
+        run_chapters("smoke", out=tmp_path / "out", source_dir=source, log=quiet, **kwargs)
+    assert caught.value.argument == argument
+    assert not (tmp_path / "out").exists()

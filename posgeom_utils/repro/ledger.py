@@ -1,112 +1,321 @@
 """The reproduction ledger: every claim of Cirrincione (2026) beside our number and a computed verdict.
 
-Chapter: *Reproduction ledger* (``book/ledger.md``). The ledger's rows are the claims of ``book/claims.yaml``
-that have a ``paper`` block (:mod:`.claims` documents the one schema, and loads, validates and evaluates every
-claim): the paper's statement, its value (from :data:`posgeom_utils.repro.paper.REPORTED`, never typed), the
-chapter and glued key(s) holding ours, how to show our value, and the check that turns the two into a verdict:
-
-- ``reproduced``: the check holds (for a number: within the stated tolerance of the paper's value);
-- ``reproduced with a different definition``: the same holds for a quantity defined differently (named), either
-  by the claim's own verdict or because one of its alternatives holds;
-- ``differs``: the check and every alternative fail (the evidence says which numbers);
-- ``not checkable here``: the claim says why.
-
-:func:`build_ledger` reads ``<dir>/<chapter>/results.json`` (written by ``posgeom run``) for each profile
-(``default`` and ``paper``) and computes every verdict from the values with :func:`.claims.evaluate_check`. A
-profile whose results are absent is *pending* (for ``paper``: pending a GPU run); a claim whose check needs a
-key absent from the results gets :data:`MISSING`; results whose provenance has a ``cap`` come from a capped CPU
-run and are labelled so, never as paper scale.
+Chapter: *Reproduction ledger*. The rows are ``book/paper_claims.yaml`` (its header documents the fields): the
+paper's statement and value (from :data:`~posgeom_utils.repro.paper.REPORTED`, never typed), how our number
+is shown (a template over the chapter's glued keys, ``"{sst2_sin_raw:.0f}"``) and a *check* on our glued
+values that turns the two into a verdict. A check is a mapping: ``{key, op, value}`` (a constant),
+``{key, op, other, factor, offset}`` (another key, ``factor * other + offset``), ``{key, op, paper, factor,
+offset}`` (the paper's value), ``{key, op: between, low, high}``, ``{asserted: TEXT}`` (the chapter asserts
+it), or ``{all: [...]}`` / ``{any: [...]}``; ``op`` is one of ``< <= > >= == !=`` (``==``/``!=`` within
+``tol + rtol |y|``). The claims the chapters make about their own numbers are not here: each is an ``assert``
+beside its sentence, so a run that breaks it fails.
 """
 
 from __future__ import annotations
 
+import math
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..cache import read_json
-from .claims import (REPRODUCED, DIFFERENT_DEFINITION, DIFFERS, NOT_CHECKABLE, VERDICTS, Claim, check_keys, evaluate_check,
-                     load_claims, render)
 from .paper import REPORTED
 
-#: the verdict when the chapter's results for a profile are absent
-PENDING = {"paper": "pending a GPU run", "reference": "pending a reference run", "default": "pending a default run",
-           "smoke": "pending a smoke run"}
-#: the verdict when a key the claim's check needs is missing from the chapter's results
+REPRODUCED = "reproduced"
+DIFFERENT_DEFINITION = "reproduced with a different definition"
+BY_CONSTRUCTION = "holds by construction"
+DIFFERS = "differs"
+NOT_CHECKABLE = "not checkable here"
+VERDICTS = (REPRODUCED, DIFFERENT_DEFINITION, BY_CONSTRUCTION, DIFFERS, NOT_CHECKABLE)
+#: the verdict when a chapter's results for a profile are absent, or lack a key the check needs
+PENDING = {p: f"pending a {p} run" for p in ("smoke", "default", "reference")} | {
+    "paper": "pending a GPU run"
+}
 MISSING = "missing result"
-#: the profiles the ledger compares, in column order
 LEDGER_PROFILES = ("default", "reference", "paper")
+#: where the rows live
+DEFAULT_CLAIMS = Path(__file__).resolve().parents[2] / "book" / "paper_claims.yaml"
+
+FIELDS = (
+    "id",
+    "chapter",
+    "statement",
+    "check",
+    "value",
+    "text",
+    "quantity",
+    "ours",
+    "verdict",
+    "definition",
+    "alternatives",
+    "not_checkable",
+    "evidence",
+)
+OPS = {"<": float.__lt__, "<=": float.__le__, ">": float.__gt__, ">=": float.__ge__}
+_TEMPLATE = re.compile(r"\{([A-Za-z0-9_\-]+)(?::([^{}]*))?\}")
 
 
-def paper_claims(claims: list[Claim] | None = None) -> list[Claim]:
-    """The ledger's rows: the claims (default: :func:`.claims.load_claims`) that compare with the paper."""
-    return [c for c in (load_claims() if claims is None else claims) if c.paper is not None]
+class ClaimError(ValueError):
+    """A malformed row of the ledger: the message names the row and what is wrong.
+    Chapter: *Reproduction ledger*."""
 
 
-# --------------------------------------------------------------------------- reading runs
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the paper: what it says (``value``: a REPORTED key or ``"a / b"``; or ``text``), how ours
+    is shown and judged. Chapter: *Reproduction ledger*."""
+
+    id: str
+    chapter: str
+    statement: str
+    ours: str
+    check: dict[str, Any] | None = None
+    value: str | None = None
+    text: str | None = None
+    quantity: str = ""
+    verdict: str = REPRODUCED
+    definition: str = ""
+    alternatives: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    not_checkable: str = ""
+    evidence: str = ""
+
+    def keys(self) -> list[str]:
+        """Every glued key the row reads (checks, then templates), without repeats.
+        Chapter: *Reproduction ledger*."""
+        keys = [
+            k
+            for c in [self.check, *(a["check"] for a in self.alternatives)]
+            if c
+            for k in check_keys(c)
+        ]
+        texts = (
+            self.ours,
+            self.quantity,
+            self.evidence,
+            self.definition,
+            *(a["definition"] for a in self.alternatives),
+        )
+        return list(
+            dict.fromkeys(keys + [m.group(1) for t in texts for m in _TEMPLATE.finditer(t)])
+        )
+
+
+def paper_value(ref: str) -> float:
+    """The paper's number for a reference: a REPORTED key, or the ratio ``"a / b"`` of two.
+    Chapter: *Reproduction ledger*."""
+    names = [part.strip() for part in ref.split("/")]
+    unknown = [n for n in names if n not in REPORTED]
+    if unknown or len(names) > 2:
+        raise ClaimError(
+            f"paper value {ref!r}: {unknown or ref} not in posgeom_utils.repro.paper.REPORTED"
+        )
+    values = [float(REPORTED[n][0]) for n in names]
+    return values[0] / values[1] if len(values) == 2 else values[0]
+
+
+def _leaves(check: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    for mode in ("all", "any"):
+        if mode in check:
+            return [leaf for sub in check[mode] for leaf in _leaves(sub)]
+    return [check]
+
+
+def check_keys(check: Mapping[str, Any]) -> list[str]:
+    """The glued keys a check reads, in order, without repeats. Chapter: *Reproduction ledger*."""
+    return list(dict.fromkeys(c[n] for c in _leaves(check) for n in ("key", "other") if n in c))
+
+
+def _validate(check: Any, where: str) -> None:
+    for leaf in _leaves(check) if isinstance(check, Mapping) else [check]:
+        if not isinstance(leaf, Mapping):
+            raise ClaimError(f"{where}: a check is a mapping, got {leaf!r}")
+        if "asserted" in leaf:
+            continue
+        op = leaf.get("op")
+        if op not in (*OPS, "==", "!=", "between") or "key" not in leaf:
+            raise ClaimError(
+                f"{where}: a check needs 'key' and an op in < <= > >= == != between, got {leaf}"
+            )
+        sides = [s for s in ("value", "other", "paper") if s in leaf]
+        if (op == "between") != (not sides) or len(sides) > 1:
+            raise ClaimError(
+                f"{where}: op {op!r} compares with exactly one of value/other/paper, got {leaf}"
+            )
+        if "paper" in leaf:
+            paper_value(leaf["paper"])
+
+
+def load_claims(path: str | Path | None = None) -> list[Claim]:
+    """Read and validate the ledger's rows (default ``book/paper_claims.yaml``). Chapter: *Reproduction
+    ledger*."""
+    import yaml
+
+    path = Path(path) if path is not None else DEFAULT_CLAIMS
+    claims: list[Claim] = []
+    for k, item in enumerate(yaml.safe_load(path.read_text(encoding="utf-8"))["claims"]):
+        where = f"{path} row {k + 1} ({item.get('id')!r})"
+        unknown = set(item) - set(FIELDS)
+        if unknown or not {"id", "chapter", "statement", "ours"} <= set(item):
+            raise ClaimError(
+                f"{where}: fields {sorted(unknown)} unknown, or id/chapter/statement/ours missing"
+            )
+        if ("value" in item) == ("text" in item) or ("check" in item) == bool(
+            item.get("not_checkable")
+        ):
+            raise ClaimError(f"{where}: give one of value/text, and a check unless not_checkable")
+        for check in [item.get("check"), *(a["check"] for a in item.get("alternatives", []))]:
+            if check is not None:
+                _validate(check, where)
+        if item.get("value"):
+            paper_value(item["value"])
+        if item.get("verdict", REPRODUCED) not in (
+            REPRODUCED,
+            DIFFERENT_DEFINITION,
+            BY_CONSTRUCTION,
+        ):
+            raise ClaimError(
+                f"{where}: verdict must be {REPRODUCED}, {DIFFERENT_DEFINITION} or {BY_CONSTRUCTION}"
+            )
+        text = {k: " ".join(str(v).split()) for k, v in item.items() if isinstance(v, str)}
+        alternatives = tuple(
+            {"check": a["check"], "definition": " ".join(a["definition"].split())}
+            for a in item.get("alternatives", [])
+        )
+        claims.append(Claim(**{**item, **text, "alternatives": alternatives}))
+    if len({c.id for c in claims}) != len(claims):
+        raise ClaimError(f"{path}: duplicate ids")
+    return claims
+
+
+def as_number(value: Any) -> float | None:
+    """A glued value as a float (``"66%"`` is 0.66); ``None`` for booleans, words and lists.
+    Chapter: *Reproduction ledger*."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        text = str(value).strip()
+        return float(text.rstrip("%")) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        return None
+
+
+def _fmt(x: Any) -> str:
+    return f"{x:.6g}" if isinstance(x, float) else repr(x) if isinstance(x, str) else str(x)
+
+
+def evaluate_check(check: Mapping[str, Any], results: Mapping[str, Any]) -> tuple[bool, str]:
+    """Evaluate a check on one chapter's glued ``results``: (passed, what was compared).
+    Chapter: *Reproduction ledger*."""
+    for mode, combine in (("all", all), ("any", any)):
+        if mode in check:
+            subs = [evaluate_check(c, results) for c in check[mode]]
+            joiner = " and " if mode == "all" else " or "
+            return combine(p for p, _ in subs), joiner.join(f"[{m}]" for _, m in subs)
+    if "asserted" in check:
+        return True, f"the chapter ran to completion, so its assertion held: {check['asserted']}"
+    key, op = check["key"], check["op"]
+    x = as_number(results.get(key))
+    if x is None or math.isnan(x):
+        return False, f"{key} = {_fmt(results.get(key, 'missing'))} is not a number"
+    if op == "between":
+        passed = check["low"] <= x <= check["high"]
+        return (
+            passed,
+            f"{key} = {_fmt(x)} {'within' if passed else 'outside'} [{check['low']}, {check['high']}]",
+        )
+    if "value" in check:
+        base, name = float(check["value"]), _fmt(check["value"])
+    elif "other" in check:
+        base, name = as_number(results.get(check["other"])), check["other"]
+        if base is None or math.isnan(base):
+            return False, f"{name} = {_fmt(results.get(name, 'missing'))} is not a number"
+    else:
+        base, name = paper_value(check["paper"]), f"paper {check['paper']}"
+    factor, offset = check.get("factor", 1), check.get("offset", 0)
+    y = factor * base + offset
+    rhs = (f"{_fmt(factor)} * " if factor != 1 else "") + name + (f" {offset:+g}" if offset else "")
+    rhs += f" = {_fmt(y)}" if (factor != 1 or offset or "paper" in check) else ""
+    if op in OPS:
+        passed = OPS[op](x, float(y))
+        return passed, f"{key} = {_fmt(x)} {op} {rhs}: {'holds' if passed else 'fails'}"
+    tol, diff = check.get("tol", 0.0) + check.get("rtol", 0.0) * abs(y), abs(x - y)
+    passed = (diff <= tol) == (op == "==")
+    return passed, (
+        f"{key} = {_fmt(x)} {op} {rhs} (|diff| {_fmt(diff)} {'<=' if diff <= tol else '>'} tol "
+        f"{_fmt(tol)}): {'holds' if passed else 'fails'}"
+    )
+
+
+def render(text: str, results: Mapping[str, Any] | None) -> tuple[str, list[str]]:
+    """Fill a template with glued values: (text, missing keys); a missing key leaves ``?``.
+    Chapter: *Reproduction ledger*."""
+    missing: list[str] = []
+
+    def one(match: re.Match) -> str:
+        key, spec = match.group(1), match.group(2)
+        if results is None or key not in results:
+            missing.append(key)
+            return "?"
+        try:
+            return format(results[key], spec or "")
+        except (TypeError, ValueError):
+            return str(results[key])
+
+    return _TEMPLATE.sub(one, text or ""), missing
+
 
 def read_run(folder: str | Path | None, chapter: str) -> dict[str, Any] | None:
-    """The ``results.json`` payload of ``chapter`` under ``folder`` (``None`` when absent or unreadable)."""
-    if folder is None:
-        return None
-    payload = read_json(Path(folder) / chapter / "results.json")
+    """The ``results.json`` of ``chapter`` under ``folder`` (``None`` when absent or unreadable).
+    Chapter: *Reproduction ledger*."""
+    payload = read_json(Path(folder) / chapter / "results.json") if folder is not None else None
     return payload if payload is not None and isinstance(payload.get("results"), dict) else None
 
 
 def scale_label(payload: Mapping[str, Any] | None, profile: str) -> str:
-    """What a run is: ``"default profile"``, ``"paper profile"``, ``"capped CPU run (cap N), not paper scale"``,
-    a stand-in of another profile, or the pending text when there is no run."""
+    """What a run is: ``"reference profile"``, a capped CPU run (never paper scale), a stand-in of another
+    profile, or pending. Chapter: *Reproduction ledger*."""
     if payload is None:
         return PENDING.get(profile, f"pending a {profile} run")
     prov = payload.get("provenance", {}) or {}
     ran = prov.get("profile") or payload.get("parameters", {}).get("profile") or "unknown"
-    cap = prov.get("cap")
-    label = f"{ran} profile"
-    if ran != profile:
-        label = f"{ran} profile results standing in for {profile}"
-    if cap is not None:
-        label = f"capped CPU run (cap {cap}) of the {ran} profile, not {'paper' if ran == 'paper' else ran} scale"
-    return label
-
-
-def _model(payload: Mapping[str, Any]) -> str:
-    params, results = payload.get("parameters", {}) or {}, payload.get("results", {}) or {}
-    name = params.get("model_name")
-    if name:
-        return str(name)
-    return str(results.get("model") or results.get("tokenizer_name") or "all-MiniLM-L6-v2 (packaged)")
-
-
-def _data(payload: Mapping[str, Any]) -> str:
-    p = payload.get("parameters", {}) or {}
-    corpora = [str(p[k]) for k in ("dataset", "other_dataset") if p.get(k)]
-    parts = []
-    if corpora:
-        parts.append("/".join(corpora) + (f" {p['split']}" if p.get("split") else ""))
-    if "sample_size" in p:
-        parts.append("all texts" if p["sample_size"] is None else f"{p['sample_size']} texts")
-    for key in ("n", "min_count", "special_tokens"):
-        if key in p:
-            parts.append(f"{key}={p[key]}")
-    return ", ".join(parts) or "synthetic"
+    if prov.get("cap") is not None:
+        return f"capped CPU run (cap {prov['cap']}) of the {ran} profile, not {ran} scale"
+    return (
+        f"{ran} profile" if ran == profile else f"{ran} profile results standing in for {profile}"
+    )
 
 
 def _provenance(payload: Mapping[str, Any] | None) -> dict[str, Any]:
-    prov = (payload or {}).get("provenance", {}) or {}
+    payload = payload or {}
+    prov, params = payload.get("provenance", {}) or {}, payload.get("parameters", {}) or {}
+    results = payload.get("results", {}) or {}
+    model = params.get("model_name") or results.get("model") or results.get("tokenizer_name")
+    corpora = "/".join(str(params[k]) for k in ("dataset", "other_dataset") if params.get(k))
+    data = (
+        [corpora + (f" {params['split']}" if params.get("split") and corpora else "")]
+        if corpora
+        else []
+    )
+    if "sample_size" in params:
+        data.append(
+            "all texts" if params["sample_size"] is None else f"{params['sample_size']} texts"
+        )
+    data += [f"{k}={params[k]}" for k in ("n", "min_count", "special_tokens") if k in params]
     commit = prov.get("commit")
     return {
-        "model": _model(payload) if payload else "",
-        "data": _data(payload) if payload else "",
+        "model": str(model or ("all-MiniLM-L6-v2 (packaged)" if payload else "")),
+        "data": ", ".join(data) or ("synthetic" if payload else ""),
         "device": prov.get("device_name") or "",
         "commit": (commit[:10] + (" (dirty)" if prov.get("dirty") else "")) if commit else "",
         "date": (prov.get("finished") or "")[:10],
     }
 
 
-# --------------------------------------------------------------------------- verdicts
-
 def rule_text(claim: Claim) -> str:
-    """The claim's verdict rule, in words: a tolerance around the paper's value, a qualitative check, an
-    assertion of the chapter, or ``-`` when it cannot be checked."""
+    """The row's verdict rule in words. Chapter: *Reproduction ledger*."""
     check = claim.check
     if check is None:
         return "-"
@@ -120,127 +329,143 @@ def rule_text(claim: Claim) -> str:
     return "qualitative check on our keys: " + ", ".join(check_keys(check))
 
 
-def judge(claim: Claim, payload: Mapping[str, Any] | None, profile: str) -> dict[str, str]:
-    """The verdict of a paper claim on one profile's results of its chapter: ``{"ours", "verdict",
-    "evidence"}``, from :func:`.claims.evaluate_check` on the claim's check and, when it fails, its
-    alternatives. Absent results give the pending verdict, a key the check needs but the results lack
-    :data:`MISSING`.
-    """
-    paper = claim.paper
-    assert paper is not None, f"{claim.id} does not compare with the paper"
-    results = payload["results"] if payload is not None else None
-    ours, missing_ours = render(paper.ours, results)
-    if paper.not_checkable:
-        return {"ours": ours if results is not None and not missing_ours else "", "verdict": NOT_CHECKABLE,
-                "evidence": paper.not_checkable}
-    if results is None:
-        return {"ours": "", "verdict": PENDING.get(profile, f"pending a {profile} run"), "evidence": ""}
-    absent = [k for k in check_keys(claim.check) if k not in results]
-    if absent:
-        return {"ours": ours, "verdict": MISSING, "evidence": f"missing key(s) {absent} in results.json"}
-    evidence, _ = render(paper.evidence, results)
-    passed, message = evaluate_check(claim.check, results)
-    if passed:
-        definition, _ = render(paper.definition, results)
-        lead = f"{definition}; " if paper.verdict != REPRODUCED and definition else ""
-        return {"ours": ours, "verdict": paper.verdict, "evidence": _join(lead + message, evidence)}
-    alternatives = [(alt, *evaluate_check(alt.check, results)) for alt in paper.alternatives]
-    for alt, alt_passed, alt_message in alternatives:
-        if alt_passed:
-            definition, _ = render(alt.definition, results)
-            return {"ours": ours, "verdict": DIFFERENT_DEFINITION,
-                    "evidence": _join(f"{message}, but {alt_message} ({definition})", evidence)}
-    tried = "; ".join([message, *(alt_message for _, _, alt_message in alternatives)])
-    return {"ours": ours, "verdict": DIFFERS, "evidence": _join(tried, evidence)}
-
-
-def _join(*parts: str) -> str:
-    """Sentences from text parts: stripped, capitalised (unless they start with a key name), full stops."""
+def _sentences(*parts: str) -> str:
     kept = [p.strip().rstrip(".").strip() for p in parts if p and p.strip()]
     kept = [p if "_" in p.split(" ")[0] else p[:1].upper() + p[1:] for p in kept]
     return ". ".join(kept) + ("." if kept else "")
 
 
+def judge(claim: Claim, payload: Mapping[str, Any] | None, profile: str) -> dict[str, str]:
+    """The verdict of ``claim`` on one profile's results of its chapter: ``{"ours", "verdict", "evidence"}``;
+    when the check fails, an alternative that holds gives *reproduced with a different definition*.
+    Chapter: *Reproduction ledger*."""
+    results = payload["results"] if payload is not None else None
+    ours, missing = render(claim.ours, results)
+    if claim.not_checkable:
+        shown = ours if results is not None and not missing else ""
+        return {"ours": shown, "verdict": NOT_CHECKABLE, "evidence": claim.not_checkable}
+    if results is None:
+        return {
+            "ours": "",
+            "verdict": PENDING.get(profile, f"pending a {profile} run"),
+            "evidence": "",
+        }
+    absent = [k for k in check_keys(claim.check) if k not in results]
+    if absent:
+        return {
+            "ours": ours,
+            "verdict": MISSING,
+            "evidence": f"missing key(s) {absent} in results.json",
+        }
+    evidence = render(claim.evidence, results)[0]
+    passed, message = evaluate_check(claim.check, results)
+    if passed:
+        definition = render(claim.definition, results)[0]
+        lead = f"{definition}; " if claim.verdict != REPRODUCED and definition else ""
+        return {
+            "ours": ours,
+            "verdict": claim.verdict,
+            "evidence": _sentences(lead + message, evidence),
+        }
+    tried = [message]
+    for alt in claim.alternatives:
+        alt_passed, alt_message = evaluate_check(alt["check"], results)
+        if alt_passed:
+            text = f"{message}, but {alt_message} ({render(alt['definition'], results)[0]})"
+            return {
+                "ours": ours,
+                "verdict": DIFFERENT_DEFINITION,
+                "evidence": _sentences(text, evidence),
+            }
+        tried.append(alt_message)
+    return {"ours": ours, "verdict": DIFFERS, "evidence": _sentences("; ".join(tried), evidence)}
+
+
 def paper_shown(claim: Claim) -> str:
-    """The paper's value as the ledger shows it: a whole count as an integer, other numbers to 4 digits, the
-    paper's words for a qualitative claim."""
-    paper = claim.paper
-    assert paper is not None, f"{claim.id} does not compare with the paper"
-    value = paper.number()
-    if value is None:
-        return paper.text or ""
-    if paper.value in REPORTED and float(value).is_integer() and value > 1:
-        return f"{value:.0f}"
-    return f"{value:.4g}"
+    """The paper's value as shown: a whole count as an integer, other numbers to 4 digits, or its words.
+    Chapter: *Reproduction ledger*."""
+    if claim.value is None:
+        return claim.text or ""
+    value = paper_value(claim.value)
+    return (
+        f"{value:.0f}"
+        if claim.value in REPORTED and value.is_integer() and value > 1
+        else f"{value:.4g}"
+    )
 
 
-def build_ledger(results_dirs: Mapping[str, str | Path | None], claims: list[Claim] | None = None,
-                 profiles: tuple[str, ...] = LEDGER_PROFILES) -> "pd.DataFrame":
-    """One row per claim of the paper (the claims with a ``paper`` block among ``claims``, default
-    :func:`.claims.load_claims`), indexed by claim id, with the paper's value, what our number is, the verdict
-    rule, and for each profile in ``profiles`` (``results_dirs[profile]`` is a ``posgeom run`` output folder,
-    or absent/``None``): our value, the verdict computed from it, the evidence, what the run is (``scale``:
-    profile, capped CPU run or pending) and its provenance (model, data, device, commit, date).
-    Chapter: *Reproduction ledger*.
-    """
+def build_ledger(
+    results_dirs: Mapping[str, str | Path | None],
+    claims: list[Claim] | None = None,
+    profiles: tuple[str, ...] = LEDGER_PROFILES,
+) -> Any:
+    """One row per claim of the paper, indexed by id: the paper's value, what ours is, the rule, and per
+    profile (``results_dirs[profile]``: a ``posgeom run`` output folder) our value, the verdict, the evidence,
+    the run's scale and provenance. Chapter: *Reproduction ledger*."""
     import pandas as pd
 
     records = []
-    for claim in paper_claims(claims):
+    for claim in load_claims() if claims is None else claims:
         payloads = {p: read_run(results_dirs.get(p), claim.chapter) for p in profiles}
         first = next((payloads[p] for p in profiles if payloads[p] is not None), None)
-        quantity, _ = render(claim.paper.quantity, (first or {}).get("results"))
         record: dict[str, Any] = {
-            "id": claim.id, "claim": claim.statement, "paper": paper_shown(claim), "chapter": claim.chapter,
-            "quantity": quantity, "keys": ", ".join(f"{claim.chapter}:{k}" for k in claim.keys()),
+            "id": claim.id,
+            "claim": claim.statement,
+            "paper": paper_shown(claim),
+            "chapter": claim.chapter,
+            "quantity": render(claim.quantity, (first or {}).get("results"))[0],
+            "keys": ", ".join(f"{claim.chapter}:{k}" for k in claim.keys()),
             "rule": rule_text(claim),
         }
         for p in profiles:
             outcome = judge(claim, payloads[p], p)
-            record[f"ours ({p})"] = outcome["ours"]
-            record[f"verdict ({p})"] = outcome["verdict"]
-            record[f"evidence ({p})"] = outcome["evidence"]
+            record |= {f"{name} ({p})": value for name, value in outcome.items()}
             record[f"scale ({p})"] = scale_label(payloads[p], p)
-            for name, value in _provenance(payloads[p]).items():
-                record[f"{name} ({p})"] = value
+            record |= {f"{name} ({p})": value for name, value in _provenance(payloads[p]).items()}
         records.append(record)
     return pd.DataFrame(records).set_index("id")
 
 
-def provenance_table(results_dirs: Mapping[str, str | Path | None],
-                     profiles: tuple[str, ...] = LEDGER_PROFILES,
-                     chapters: list[str] | None = None) -> "pd.DataFrame":
-    """One row per (profile, chapter) with results: the run's scale, commit, date, device, cap, wall time and
-    library versions; profiles without any results get one ``pending`` row. Chapter: *Reproduction ledger*."""
+def provenance_table(
+    results_dirs: Mapping[str, str | Path | None], profiles: tuple[str, ...] = LEDGER_PROFILES
+) -> Any:
+    """One row per (profile, chapter) with results: scale, commit, date, device, cap, wall time and library
+    versions; a profile without results gets one pending row. Chapter: *Reproduction ledger*."""
     import pandas as pd
 
     records = []
     for p in profiles:
-        folder = results_dirs.get(p)
-        found = sorted(q.parent.name for q in Path(folder).glob("*/results.json")) if folder and Path(folder).is_dir() else []
-        names = [c for c in (chapters or found) if c in found] if chapters else found
-        if not names:
+        folder = Path(results_dirs[p]) if results_dirs.get(p) else None
+        found = sorted(q.parent.name for q in folder.glob("*/results.json")) if folder else []
+        if not found:
             records.append({"profile": p, "chapter": "(all)", "scale": PENDING.get(p, "pending")})
-            continue
-        for chapter in names:
+        for chapter in found:
             payload = read_run(folder, chapter)
             prov = (payload or {}).get("provenance", {}) or {}
             libs = prov.get("libraries", {}) or {}
-            records.append({
-                "profile": p, "chapter": chapter, "scale": scale_label(payload, p),
-                "run profile": prov.get("profile") or (payload or {}).get("parameters", {}).get("profile", ""),
-                **_provenance(payload),
-                "cap": "" if prov.get("cap") is None else prov["cap"],
-                "wall time (s)": prov.get("wall_seconds"),
-                "started": prov.get("started", ""),
-                "versions": ", ".join(f"{k} {libs[k]}" for k in ("python", "torch", "transformers", "numpy")
-                                      if libs.get(k)),
-            })
+            records.append(
+                {
+                    "profile": p,
+                    "chapter": chapter,
+                    "scale": scale_label(payload, p),
+                    "run profile": prov.get("profile", ""),
+                    **_provenance(payload),
+                    "cap": "" if prov.get("cap") is None else prov["cap"],
+                    "wall time (s)": prov.get("wall_seconds"),
+                    "started": prov.get("started", ""),
+                    "versions": ", ".join(
+                        f"{k} {libs[k]}"
+                        for k in ("python", "torch", "transformers", "numpy")
+                        if libs.get(k)
+                    ),
+                }
+            )
     return pd.DataFrame(records).set_index(["profile", "chapter"])
 
 
-def verdict_counts(ledger: "pd.DataFrame", profile: str) -> dict[str, int]:
-    """How many rows got each verdict at ``profile`` (every verdict and pending state, zeros included)."""
+def verdict_counts(ledger: Any, profile: str) -> dict[str, int]:
+    """How many rows got each verdict at ``profile`` (pending and missing included, zeros too).
+    Chapter: *Reproduction ledger*."""
     column = ledger[f"verdict ({profile})"]
     states = [*VERDICTS, PENDING.get(profile, f"pending a {profile} run"), MISSING]
     return {state: int((column == state).sum()) for state in states}

@@ -301,6 +301,21 @@ def _plan(
     return _Plan(chapter, source, nb, out / chapter, params, identity)
 
 
+def _common(where: str, cap: int | None, execution: dict[str, Any]) -> dict[str, Any]:
+    """The provenance every chapter of one run shares."""
+    commit, dirty = git_state()
+    return {
+        "commit": commit,
+        "dirty": dirty,
+        "device_name": where,
+        "cap": cap,
+        "execution": execution,
+        "libraries": library_versions(),
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+    }
+
+
 def run_chapters(
     profile: str,
     chapters: list[str] | None = None,
@@ -332,21 +347,9 @@ def run_chapters(
     options = {"device": device, "cap": cap, "model": model}
     plans = [_plan(chapter, source_dir, out, profile, options) for chapter in chapters]
     execution = {
-        k: v
-        for k, v in (("executor", executor), ("workers", workers), ("scheduler", scheduler))
-        if v is not None
+        k: v for k, v in zip(EXECUTION_ENV, (executor, workers, scheduler)) if v is not None
     }
-    commit, dirty = git_state()
-    common = {
-        "commit": commit,
-        "dirty": dirty,
-        "device_name": where,
-        "cap": cap,
-        "execution": execution,
-        "libraries": library_versions(),
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-    }
+    common = _common(where, cap, execution)
     summary = RunSummary(out=out, profile=profile)
     log(
         f"posgeom run: profile {profile}, {len(plans)} chapter(s), device {where}"
@@ -434,43 +437,53 @@ def _error_record(exc: BaseException) -> dict[str, Any]:
     return {"error": type(exc).__name__, "message": str(exc), "traceback": lines[-20:]}
 
 
-def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, float, str]:
-    """Execute one chapter; returns (succeeded, wall seconds, the error in one line)."""
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _execute(plan: _Plan, force: bool, common: dict[str, Any], partial: Path) -> dict[str, Any]:
+    """Execute the chapter with its environment; return what it saved (its parameters and results)."""
     import papermill
 
-    plan.folder.mkdir(parents=True, exist_ok=True)
-    partial, failed = plan.folder / "results.partial.json", plan.folder / "failed.json"
-    notebook = plan.folder / f"{plan.chapter}.ipynb"
-    partial.unlink(missing_ok=True)
-    started, t0 = datetime.now(timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
     env = {
         RESULTS_ENV: str(partial.resolve()),
+        CHECKPOINT_ENV: str(_prepare_checkpoints(plan, force).resolve()),
         **{EXECUTION_ENV[k]: str(v) for k, v in common["execution"].items()},
     }
+    with _environment(env):
+        papermill.execute_notebook(
+            plan.notebook,
+            str(plan.folder / f"{plan.chapter}.ipynb"),
+            parameters=plan.parameters,
+            kernel_name="python3",
+            cwd=str(plan.source.parent),
+            progress_bar=False,
+        )
+    payload = read_json(partial)
+    if payload is None:
+        raise RuntimeError(
+            "the chapter saved no results: call posgeom_utils.repro.results.show_parameters"
+            "(chapter, globals()) in the cell after its parameters cell"
+        )
+    return payload
+
+
+def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, float, str]:
+    """Execute one chapter and write its ``results.json`` (or ``failed.json``); returns (succeeded, wall
+    seconds, the error in one line)."""
+    plan.folder.mkdir(parents=True, exist_ok=True)
+    partial, failed = plan.folder / "results.partial.json", plan.folder / "failed.json"
+    partial.unlink(missing_ok=True)
+    started, t0 = _now(), time.perf_counter()
     try:
-        env[CHECKPOINT_ENV] = str(_prepare_checkpoints(plan, force).resolve())
-        with _environment(env):
-            papermill.execute_notebook(
-                plan.notebook,
-                str(notebook),
-                parameters=plan.parameters,
-                kernel_name="python3",
-                cwd=str(plan.source.parent),
-                progress_bar=False,
-            )
-        payload = read_json(partial)
-        if payload is None:
-            raise RuntimeError(
-                "the chapter saved no results: call posgeom_utils.repro.results.show_parameters"
-                "(chapter, globals()) in the cell after its parameters cell"
-            )
+        payload = _execute(plan, force, common, partial)
         seconds = time.perf_counter() - t0
         provenance = {
             **plan.identity,
             **common,
             "started": started,
+            "finished": _now(),
             "wall_seconds": round(seconds, 3),
-            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         write_json(
             plan.folder / "results.json",
@@ -481,7 +494,6 @@ def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, fl
                 "results": payload.get("results", {}),
             },
         )
-        partial.unlink(missing_ok=True)
         failed.unlink(missing_ok=True)
         return True, seconds, ""
     except Exception as exc:  # noqa: BLE001 - one chapter's failure is recorded, the others still run
@@ -493,8 +505,9 @@ def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, fl
             "wall_seconds": round(seconds, 3),
             "requested_parameters": plan.parameters,
             "execution": common["execution"],
-            "notebook": str(notebook),
+            "notebook": str(plan.folder / f"{plan.chapter}.ipynb"),
         }
         write_json(failed, record)
-        partial.unlink(missing_ok=True)
         return False, seconds, f"{record['error']}: {' '.join(record['message'].split())[:200]}"
+    finally:
+        partial.unlink(missing_ok=True)
