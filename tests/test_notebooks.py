@@ -108,11 +108,12 @@ def test_smoke_profile_is_known() -> None:
 
 # --------------------------------------------------------------------------- the page shows the code it explains
 
-PAGE_WIDTH = 88  # characters of a code block that fit the book's text column without scrolling
-# Visible chapter cells and the package code the chapters include are both held to it. Printed output may be
-# wider: it wraps (book/_static/code.css), and tests/test_browser.py checks that no code block scrolls.
+PAGE_WIDTH = 88  # characters of a chapter code cell that fit the book's text column
+PACKAGE_WIDTH = 100  # the package's formatter (ruff, pyproject.toml); included package code wraps on the page
+# Printed output and included package code may be wider: they wrap (book/_static/code.css), and
+# tests/test_browser.py checks that no code block scrolls.
 HIDDEN = {"remove-cell", "remove-input"}
-INCLUDE = re.compile(r"```\{literalinclude\} \.\./(posgeom_utils/\w+\.py)\n((?::[\w-]+:.*\n)*)")
+INCLUDE = re.compile(r"```\{literalinclude\} \.\./(posgeom_utils/[\w/]+\.py)\n((?::[\w-]+:.*\n)*)")
 
 
 def included_objects(text: str) -> list[tuple[str, str]]:
@@ -145,8 +146,8 @@ def test_chapter_shows_the_package_code_it_relies_on(chapter: str) -> None:
     objects = included_objects((ROOT / "notebooks" / f"{chapter}.md").read_text())
     assert len(objects) >= 2, f"{chapter} shows no implementation from posgeom_utils (literalinclude :pyobject:)"
     for file, dotted in objects:
-        wide = [line for line in object_lines(ROOT / file, dotted) if len(line) > PAGE_WIDTH]
-        assert not wide, f"{chapter}: {file}:{dotted} has lines wider than {PAGE_WIDTH}: {wide[:2]}"
+        wide = [line for line in object_lines(ROOT / file, dotted) if len(line) > PACKAGE_WIDTH]
+        assert not wide, f"{chapter}: {file}:{dotted} has lines wider than {PACKAGE_WIDTH}: {wide[:2]}"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -168,7 +169,7 @@ def test_no_hidden_cell_defines_a_function_and_visible_code_fits(chapter: str) -
 def test_the_code_checks_can_fail(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("class A:\n    def f(self):\n        return 1  " + "#" * 100 + "\n")
-    assert max(map(len, object_lines(module, "A.f"))) > PAGE_WIDTH
+    assert max(map(len, object_lines(module, "A.f"))) > PACKAGE_WIDTH
     with pytest.raises(AssertionError, match="no A.g"):
         object_lines(module, "A.g")
     assert included_objects("```{literalinclude} ../posgeom_utils/geometry.py\n:language: python\n"

@@ -10,7 +10,7 @@ import pytest
 from posgeom_utils.repro import reference
 from posgeom_utils.repro import results as report
 from posgeom_utils.repro.reference import Row, committed, interval_verdict, scale_table
-from posgeom_utils.repro.runner import source_hash
+from posgeom_utils.repro.sources import code_hash
 
 
 @pytest.mark.parametrize("low, high, expected", [(0.6, 0.7, "above 0.5"), (0.3, 0.4, "below 0.5"),
@@ -26,7 +26,7 @@ def write(root: Path, chapter: str, values: dict, source_hash_value: str | None 
     (folder / "results.json").write_text(json.dumps({
         "results": values, "provenance": {"profile": "reference", "commit": "abcdef1234567", "wall_seconds": 120.0,
                                           "finished": "2026-11-30T12:00:00", "device_name": "cpu",
-                                          "source_hash": source_hash_value}}))
+                                          "code_hash": source_hash_value}}))
 
 
 def test_scale_table_shows_build_and_reference_values(tmp_path, monkeypatch):
@@ -62,6 +62,6 @@ def test_fresh_reference_results_are_called_fresh(tmp_path, monkeypatch):
     glued = {}
     monkeypatch.setattr(reference, "_glue_text", lambda key, text: glued.__setitem__(key, text))
     chapter = Path(reference.REPO_ROOT) / "notebooks" / "necessity.md"
-    write(tmp_path, "necessity", {"acc": 0.7}, source_hash_value=source_hash(chapter))
+    write(tmp_path, "necessity", {"acc": 0.7}, source_hash_value=code_hash(chapter))
     scale_table("necessity", [Row("acc", "accuracy")], root=tmp_path)
     assert glued["ref_status"] == "fresh"

@@ -1,7 +1,7 @@
 """The numbers Cirrincione (2026) reports, as stated in our sources (abstract + third-party summary).
 
-Chapter: every chapter shows these beside our own results, and the reproduction ledger is built from
-them. They are quoted, never used in a computation.
+Chapter: *Reproduction ledger* (every chapter shows them beside its own numbers). They are quoted, never used
+in a computation.
 """
 
 from __future__ import annotations
@@ -15,17 +15,23 @@ REPORTED: dict[str, tuple[float, str]] = {
     "sst2_sinusoidal_stress": (272.0, "stress of the sinusoidal encoding on SST-2"),
     "sst2_rope_stress": (279.0, "stress of RoPE on SST-2"),
     "synthetic_lowrank_r": (3, "rank of the low-rank encoding on the synthetic corpus"),
-    "synthetic_lowrank_stress_reduction": (0.998, "stress reduction of the r = 3 encoding, synthetic corpus"),
+    "synthetic_lowrank_stress_reduction": (
+        0.998,
+        "stress reduction of the r = 3 encoding, synthetic corpus",
+    ),
     "synthetic_lowrank_param_saving": (0.88, "fewer parameters than a free n x d table"),
     "mds_violation_rate": (0.22, "monotonicity violation rate of the MDS encoding"),
     "pretrained_violation_rate": (0.254, "monotonicity violation rate of the pre-trained model"),
     "chance_violation_rate": (0.5, "monotonicity violation rate by chance"),
-    "bert_stress_peak_layer": (3, "layer of the sharp stress peak in pre-trained BERT-base (of 12)"),
+    "bert_stress_peak_layer": (
+        3,
+        "layer of the sharp stress peak in pre-trained BERT-base (of 12)",
+    ),
 }
 
 
 def reported(key: str) -> float:
-    """The paper's reported value for ``key`` (see :data:`REPORTED`)."""
+    """The paper's reported value for ``key`` (see :data:`REPORTED`). Chapter: *Reproduction ledger*."""
     if key not in REPORTED:
         raise ValueError(f"no reported value {key!r}; known keys: {sorted(REPORTED)}")
     return REPORTED[key][0]

@@ -4,8 +4,8 @@
 The ``paper`` profile uses the paper's model, ``bert-base-uncased`` (it needs the Hugging Face hub or a
 local copy); ``posgeom run --model ...`` replaces it, e.g. by the packaged MiniLM for a capped CPU run.
 
-Chapter: *How this book is built* (README). The ``default`` profile is each notebook's own
-``parameters`` cell; the other profiles override some of its values through papermill.
+Chapter: *Reproduction ledger*. The ``default`` profile is each notebook's own ``parameters`` cell; the other
+profiles override some of its values through papermill.
 """
 
 from __future__ import annotations
@@ -14,21 +14,79 @@ from typing import Any
 
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "smoke": {
-        "positions_in_real_text": {"sample_size": 3000, "n": 128, "min_count": 20, "replicates": 30},
-        "mds_optimality": {"sample_size": 3000, "n": 64, "min_count": 20, "synthetic_n": 32,
-                           "synthetic_sequences": 1000, "replicates": 10},
-        "low_rank": {"sample_size": 3000, "n": 64, "min_count": 20, "planted_sequences": 3000,
-                     "task_size": 1500, "train_steps": 40, "n_seeds": 2, "probe_size": 200,
-                     "probe_len": 16, "probe_ranks": [0, 2], "replicates": 5},
-        "necessity": {"task_len": 16, "synthetic_n": 8, "sample_size": 300, "n_seeds": 2, "train_steps": 30},
-        "separation": {"train_steps": 30, "task_size": 600, "synthetic_sequences": 600, "n_seeds": 2,
-                       "control_seeds": 2, "gd_sequences": 64, "gd_steps": 10, "sample_size": 64,
-                       "finetune_len": 16, "finetune_steps": 4, "finetune_seeds": 2},
-        "monotonicity": {"sample_size": 3000, "n": 24, "n_max": 64, "min_count": 20, "random_tables": 5,
-                         "task_size": 1000, "train_steps": 20, "synthetic_sequences": 600, "widths": [8, 32],
-                         "width_steps": 30, "width_seeds": 1, "replicates": 5, "ntk_widths": [8, 32], "ntk_seeds": 2,
-                         "ntk_steps": 20},
-        "layerwise": {"n": 16, "other_n": 24, "sample_size": 300, "other_sample_size": 30, "probe_min_count": 5, "groups": 10, "replicates": 50},
+        "positions_in_real_text": {
+            "sample_size": 3000,
+            "n": 128,
+            "min_count": 20,
+            "replicates": 30,
+        },
+        "mds_optimality": {
+            "sample_size": 3000,
+            "n": 64,
+            "min_count": 20,
+            "synthetic_n": 32,
+            "synthetic_sequences": 1000,
+            "replicates": 10,
+        },
+        "low_rank": {
+            "sample_size": 3000,
+            "n": 64,
+            "min_count": 20,
+            "planted_sequences": 3000,
+            "task_size": 1500,
+            "train_steps": 40,
+            "n_seeds": 2,
+            "probe_size": 200,
+            "probe_len": 16,
+            "probe_ranks": [0, 2],
+            "replicates": 5,
+        },
+        "necessity": {
+            "task_len": 16,
+            "synthetic_n": 8,
+            "sample_size": 300,
+            "n_seeds": 2,
+            "train_steps": 30,
+        },
+        "separation": {
+            "train_steps": 30,
+            "task_size": 600,
+            "synthetic_sequences": 600,
+            "n_seeds": 2,
+            "control_seeds": 2,
+            "gd_sequences": 64,
+            "gd_steps": 10,
+            "sample_size": 64,
+            "finetune_len": 16,
+            "finetune_steps": 4,
+            "finetune_seeds": 2,
+        },
+        "monotonicity": {
+            "sample_size": 3000,
+            "n": 24,
+            "n_max": 64,
+            "min_count": 20,
+            "random_tables": 5,
+            "task_size": 1000,
+            "train_steps": 20,
+            "synthetic_sequences": 600,
+            "widths": [8, 32],
+            "width_steps": 30,
+            "width_seeds": 1,
+            "replicates": 5,
+            "ntk_widths": [8, 32],
+            "ntk_seeds": 2,
+            "ntk_steps": 20,
+        },
+        "layerwise": {
+            "n": 16,
+            "other_n": 24,
+            "sample_size": 300,
+            "other_sample_size": 30,
+            "probe_min_count": 5,
+            "groups": 10,
+            "replicates": 50,
+        },
     },
     "default": {
         "positions_in_real_text": {},
@@ -44,36 +102,106 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "reference": {
         "positions_in_real_text": {"replicates": 1000},
         "mds_optimality": {"replicates": 150},
-        "low_rank": {"probe_size": 3000, "probe_ranks": [0, 1, 2, 3, 4, 6, 8, 12, 16], "n_seeds": 8,
-                     "task_size": 8000, "train_steps": 400, "replicates": 200,
-                     "rank_replicates": 50},
+        "low_rank": {
+            "probe_size": 3000,
+            "probe_ranks": [0, 1, 2, 3, 4, 6, 8, 12, 16],
+            "n_seeds": 8,
+            "task_size": 8000,
+            "train_steps": 400,
+            "replicates": 200,
+            "rank_replicates": 50,
+        },
         "necessity": {"sample_size": 6000, "n_seeds": 8, "train_steps": 400},
-        "separation": {"n_seeds": 6, "control_seeds": 5, "d": 32, "n_layers": 2, "train_steps": 300,
-                       "task_size": 8000, "gd_sequences": 512, "gd_steps": 300,
-                       "finetune_steps": 60, "finetune_seeds": 5},
-        "monotonicity": {"replicates": 200, "ntk_seeds": 8, "ntk_steps": 300, "width_seeds": 5,
-                         "width_steps": 200},
+        "separation": {
+            "n_seeds": 6,
+            "control_seeds": 5,
+            "d": 32,
+            "n_layers": 2,
+            "train_steps": 300,
+            "task_size": 8000,
+            "gd_sequences": 512,
+            "gd_steps": 300,
+            "finetune_steps": 60,
+            "finetune_seeds": 5,
+        },
+        "monotonicity": {
+            "replicates": 200,
+            "ntk_seeds": 8,
+            "ntk_steps": 300,
+            "width_seeds": 5,
+            "width_steps": 200,
+        },
         "layerwise": {"sample_size": 20000, "other_sample_size": 2000, "replicates": 1000},
     },
     "paper": {
-        "positions_in_real_text": {"model_name": "bert-base-uncased", "sample_size": None, "n": 512, "min_count": 100},
-        "mds_optimality": {"model_name": "bert-base-uncased", "sample_size": None, "n": 512, "min_count": 100, "synthetic_sequences": 20000},
-        "low_rank": {"model_name": "bert-base-uncased", "sample_size": None, "n": 512, "min_count": 100, "task_size": 60000, "train_steps": 3000,
-                     "n_seeds": 5},
-        "necessity": {"model_name": "bert-base-uncased", "task_len": 64, "sample_size": None, "d": 128, "n_seeds": 10, "train_steps": 3000},
-        "separation": {"model_name": "bert-base-uncased", "synthetic_n": 64, "d": 128, "train_steps": 3000, "task_size": 60000, "sample_size": 8000, "finetune_len": 64, "finetune_seeds": 5,
-                       "finetune_steps": 1000},
-        "monotonicity": {"model_name": "bert-base-uncased", "sample_size": None, "random_tables": 100, "task_size": 60000, "train_steps": 3000,
-                         "synthetic_sequences": 20000, "widths": [64, 256, 1024], "width_steps": 3000,
-                         "width_seeds": 5},
-        "layerwise": {"model_name": "bert-base-uncased", "n": 54, "other_n": 512, "sample_size": None,
-                      "other_sample_size": 25000, "probe_min_count": 100, "batch_size": 128},
+        "positions_in_real_text": {
+            "model_name": "bert-base-uncased",
+            "sample_size": None,
+            "n": 512,
+            "min_count": 100,
+        },
+        "mds_optimality": {
+            "model_name": "bert-base-uncased",
+            "sample_size": None,
+            "n": 512,
+            "min_count": 100,
+            "synthetic_sequences": 20000,
+        },
+        "low_rank": {
+            "model_name": "bert-base-uncased",
+            "sample_size": None,
+            "n": 512,
+            "min_count": 100,
+            "task_size": 60000,
+            "train_steps": 3000,
+            "n_seeds": 5,
+        },
+        "necessity": {
+            "model_name": "bert-base-uncased",
+            "task_len": 64,
+            "sample_size": None,
+            "d": 128,
+            "n_seeds": 10,
+            "train_steps": 3000,
+        },
+        "separation": {
+            "model_name": "bert-base-uncased",
+            "synthetic_n": 64,
+            "d": 128,
+            "train_steps": 3000,
+            "task_size": 60000,
+            "sample_size": 8000,
+            "finetune_len": 64,
+            "finetune_seeds": 5,
+            "finetune_steps": 1000,
+        },
+        "monotonicity": {
+            "model_name": "bert-base-uncased",
+            "sample_size": None,
+            "random_tables": 100,
+            "task_size": 60000,
+            "train_steps": 3000,
+            "synthetic_sequences": 20000,
+            "widths": [64, 256, 1024],
+            "width_steps": 3000,
+            "width_seeds": 5,
+        },
+        "layerwise": {
+            "model_name": "bert-base-uncased",
+            "n": 54,
+            "other_n": 512,
+            "sample_size": None,
+            "other_sample_size": 25000,
+            "probe_min_count": 100,
+            "batch_size": 128,
+        },
     },
 }
 
 
 def chapter_parameters(chapter: str, profile: str = "default") -> dict[str, Any]:
-    """The papermill parameters of ``chapter`` under ``profile`` (always including ``profile``)."""
+    """The papermill parameters of ``chapter`` under ``profile`` (always including ``profile``).
+    Chapter: *Reproduction ledger*."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
     chapters = PROFILES[profile]

@@ -1,6 +1,6 @@
 """Committed results of a larger profile, shown beside the numbers a chapter computes at build time.
 
-Chapter: every chapter's section *At reference scale*, and the README (*Build scale and reference scale*).
+Chapter: *Reproduction ledger* (every chapter's section *At reference scale* shows these tables).
 
 The book build executes each chapter at the ``default`` profile, within a CPU budget, to demonstrate the
 code. The conclusions rest on the ``reference`` profile (``posgeom run --profile reference``, 23
@@ -34,7 +34,7 @@ class Row:
     """One quantity of a :func:`scale_table`: the glued ``key``, optionally the key of its 95% half-width
     ``ci`` or of its interval's bounds ``low`` and ``high``, how to print it (``fmt``), and a ``null`` value
     (0.5 for chance, 0 for no difference) that the interval is compared with.
-    Chapter: every chapter's *At reference scale*."""
+    Chapter: *Reproduction ledger*."""
 
     key: str
     label: str
@@ -45,9 +45,11 @@ class Row:
     high: str | None = None
 
 
-def committed(chapter: str, profile: str = "reference", root: Path = RESULTS_ROOT) -> dict[str, Any] | None:
+def committed(
+    chapter: str, profile: str = "reference", root: Path = RESULTS_ROOT
+) -> dict[str, Any] | None:
     """The committed ``results.json`` of ``chapter`` at ``profile`` (``{"results", "provenance", ...}``),
-    or None when there is none. Chapter: every chapter's *At reference scale*."""
+    or None when there is none. Chapter: *Reproduction ledger*."""
     import json
 
     path = Path(root) / profile / chapter / "results.json"
@@ -65,7 +67,7 @@ def _number(value: Any) -> float | None:
 def interval_verdict(low: float | None, high: float | None, null: float) -> str:
     """``"above 0.5"``, ``"below 0.5"`` or ``"not distinguishable from 0.5"``: where the interval
     ``[low, high]`` lies relative to ``null`` (no interval: not distinguishable).
-    Chapter: every chapter's *At reference scale*."""
+    Chapter: *Reproduction ledger*."""
     shown = f"{null:g}"
     if low is None or high is None:
         return f"{NOT_DISTINGUISHABLE} {shown}"
@@ -117,13 +119,18 @@ def _provenance_text(payload: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def scale_table(chapter: str, rows: Sequence[Row], profile: str = "reference",
-                root: Path = RESULTS_ROOT, glue_prefix: str = "ref_") -> "pd.DataFrame":
+def scale_table(
+    chapter: str,
+    rows: Sequence[Row],
+    profile: str = "reference",
+    root: Path = RESULTS_ROOT,
+    glue_prefix: str = "ref_",
+) -> "pd.DataFrame":
     """A table of ``rows``: the value glued in this build beside the committed ``profile`` value, each
     with its interval and, for rows with a ``null``, whether the interval excludes it. The reference
     values and verdicts are also glued as text (``ref_<key>``, ``ref_<key>_verdict``; display only, not
     recorded in this build's results), with ``ref_provenance`` (commit, date, wall time, device) and
-    ``ref_status`` ("fresh" or why not). Chapter: every chapter's *At reference scale*."""
+    ``ref_status`` ("fresh" or why not). Chapter: *Reproduction ledger*."""
     import pandas as pd
 
     from .runner import stale_results
@@ -131,20 +138,34 @@ def scale_table(chapter: str, rows: Sequence[Row], profile: str = "reference",
     payload = committed(chapter, profile, root)
     here = build_results()
     reference = (payload or {}).get("results", {})
-    status = "missing: run `posgeom run --profile {0} --chapters {1} --out book/results/{0}`".format(
-        profile, chapter)
+    status = (
+        "missing: run `posgeom run --profile {0} --chapters {1} --out book/results/{0}`".format(
+            profile, chapter
+        )
+    )
     if payload is not None:
         stale = stale_results(Path(root) / profile)
         status = f"stale ({stale[chapter]})" if chapter in stale else "fresh"
     table = []
     for row in rows:
         build_text, build_verdict = _shown(here, row)
-        ref_text, ref_verdict = _shown(reference, row) if payload is not None else ("no committed run", "")
-        table.append({"quantity": row.label, "this build": build_text, "this build: 95% interval": build_verdict,
-                      f"{profile}": ref_text, f"{profile}: 95% interval": ref_verdict})
+        ref_text, ref_verdict = (
+            _shown(reference, row) if payload is not None else ("no committed run", "")
+        )
+        table.append(
+            {
+                "quantity": row.label,
+                "this build": build_text,
+                "this build: 95% interval": build_verdict,
+                f"{profile}": ref_text,
+                f"{profile}: 95% interval": ref_verdict,
+            }
+        )
         _glue_text(f"{glue_prefix}{row.key}", ref_text)
         _glue_text(f"{glue_prefix}{row.key}_verdict", ref_verdict or "no verdict")
-    _glue_text(f"{glue_prefix}provenance", _provenance_text(payload) if payload is not None else "none")
+    _glue_text(
+        f"{glue_prefix}provenance", _provenance_text(payload) if payload is not None else "none"
+    )
     _glue_text(f"{glue_prefix}status", status)
     frame = pd.DataFrame(table).set_index("quantity")
     if not any(row.null is not None for row in rows):

@@ -32,7 +32,10 @@ def _strip(tree: ast.AST) -> ast.AST:
     """``tree`` without docstrings (module, class and function bodies)."""
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+        ):
             first = body[0]
             if (
                 isinstance(first, ast.Expr)
@@ -160,7 +163,9 @@ def package_hash(root: Path = REPO_ROOT) -> str:
         for p in (Path(root) / PACKAGE).rglob("*.py")
     )
     modules = [m for m in modules if not m.startswith(MACHINERY) or m in COUNTED]
-    return _digest({"definitions": _definitions(modules, Path(root)), "environment": environment(root)})
+    return _digest(
+        {"definitions": _definitions(modules, Path(root)), "environment": environment(root)}
+    )
 
 
 if __name__ == "__main__":
