@@ -72,9 +72,9 @@ def test_failing_shard_writes_nothing(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--n", "8", "--out", "c.npz"], "pass shard files"),
-    (["SHARD", "--n", "0", "--out", "c.npz"], "--n must be a positive integer"),
-    (["SHARD", "--n", "8", "--out", "c.txt"], "must end in .npz"),
-    (["SHARD", "--n", "8", "--out", "c.npz", "--workers", "0"], "--workers must be >= 1"),
+    (["SHARD", "--n", "0", "--out", "c.npz"], "--n must be an integer >= 1"),
+    (["SHARD", "--n", "8", "--out", "c.txt"], "ending in .npz"),
+    (["SHARD", "--n", "8", "--out", "c.npz", "--workers", "0"], "--workers must be an integer >= 1"),
     (["missing-*.txt", "--n", "8", "--out", "c.npz"], "matches no file"),
     (["SHARD", "--n", "500", "--out", "c.npz", "--serial"], "longer than any sequence"),
 ])
