@@ -1,4 +1,5 @@
-"""The ``posgeom`` command line (posgeom_utils.repro.cli): JSON rows, tiny random checkpoints, the plot, errors, help."""
+"""``posgeom stress`` and the ``posgeom`` parser (posgeom_utils.repro.cli): JSON rows, the table,
+tiny random checkpoints, the plot, errors, help."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ WORDS = (
 
 @pytest.fixture(scope="module")
 def text_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """~200 seeded sentences of 3 to 14 simple words, one per line (plus blank lines, which are skipped)."""
+    """~200 seeded sentences of 3 to 14 simple words, one per line, and blank lines (skipped)."""
     rng = np.random.default_rng(0)
     lines = [" ".join(rng.choice(WORDS, size=int(rng.integers(3, 15)))) + "." for _ in range(200)]
     path = tmp_path_factory.mktemp("cli") / "texts.txt"
@@ -209,7 +210,7 @@ def test_help(capsys):
 
 
 def test_stress_view_corpus_removes_the_moved_sep(tmp_path, capsys):
-    """``posgeom stress --view corpus`` on texts longer than n: the last position is no longer [SEP]."""
+    """``--view corpus`` on texts longer than n: the last position is no longer [SEP]."""
     path = tmp_path / "long.txt"
     rng = np.random.default_rng(2)
     path.write_text("".join(" ".join(rng.choice(WORDS, size=30)) + "\n" for _ in range(60)))

@@ -1,5 +1,6 @@
-"""``posgeom count`` (posgeom_utils.repro.count_command): sharded counts from the shell, written atomically
-with provenance, equal to the single-process count; clear errors. Chapter: *Beyond one machine*."""
+"""``posgeom count`` (posgeom_utils.repro.count_command): sharded counts from the shell, written
+atomically with provenance, equal to the single-process count; clear errors.
+Chapter: *Beyond one machine*."""
 
 from __future__ import annotations
 

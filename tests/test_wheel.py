@@ -1,5 +1,5 @@
-"""The wheel a user installs: built from the sources, installed into a fresh venv that sees the pinned
-dependencies but not this checkout; ``posgeom`` then runs from a folder outside the repository."""
+"""The wheel a user installs: built from the sources, installed into a fresh venv that sees the
+pinned dependencies but not this checkout; ``posgeom`` then runs from a folder outside it."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def run(args: list, cwd: Path, env: dict) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
-    """(the venv, its environment, an empty working folder) with the freshly built wheel installed."""
+    """(the venv with the freshly built wheel installed, its environment, an empty folder)."""
     root = tmp_path_factory.mktemp("wheel")
     src, wheels, venv, work = root / "src", root / "wheels", root / "venv", root / "work"
     work.mkdir()

@@ -1,7 +1,7 @@
 """The ``posgeom`` command line: ``stress``, ``run`` and ``count`` (:mod:`.count_command`).
 
-Chapter: *The optimal encoding: classical MDS on Hellinger geometry* and *Are nearby positions encoded
-nearby?* (``stress``), *Reproduction ledger* (``run``), *Beyond one machine* (``count``).
+Chapter: *The optimal encoding: classical MDS on Hellinger geometry* and *Are nearby positions
+encoded nearby?* (``stress``), *Reproduction ledger* (``run``), *Beyond one machine* (``count``).
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ examples:
   posgeom run --profile default --executor dask --workers 2
 
 A chapter is skipped when its results.json has the same profile, requested parameters, package
-version and source hash (the chapter, the science modules, the pinned environment); the git commit
-and where training ran (--executor, --workers, --scheduler: same results) are recorded but are not
-part of that key. An interrupted training run resumes from OUT/<chapter>/checkpoints/.
+version and source hash (the chapter, the science modules, the pinned environment) = the skip key.
+The git commit and where training ran (--executor, --workers, --scheduler: same results either way)
+are recorded, not part of the skip key. An interrupted training run resumes from its checkpoints/.
 Exit status: 0 when every chapter ran or was skipped, 1 when a chapter failed, 2 on bad usage.
 """
 
@@ -75,7 +75,8 @@ def add_command(sub: Any, name: str, summary: str, epilog: str, func: Any) -> An
 
 
 def add_token_options(p: argparse.ArgumentParser) -> None:
-    """``--policy`` and ``--view`` of ``stress`` and ``count``. Chapter: *Positions in real text*."""
+    """``--policy`` and ``--view``, shared by ``stress`` and ``count``.
+    Chapter: *Positions in real text*."""
     special = "special tokens: keep what the model sees ([CLS] ... [SEP]) or drop them"
     p.add_argument("--policy", choices=("keep", "drop"), default="keep", help=special)
     view = "texts longer than n: what the model sees ([SEP] at n - 1) or the text's first n tokens"
@@ -91,9 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary = "stress and monotonicity of a model's positional encoding, the MDS optimum and "
     summary += "sinusoidal against D_H, the Hellinger distances of a corpus's positional tokens"
     p = add_command(sub, "stress", summary, STRESS_EPILOG, _stress)
-    model = (
-        "a Hugging Face model id or local folder (offline: sentence-transformers/all-MiniLM-L6-v2)"
-    )
+    model = "a Hugging Face id or local folder (offline: sentence-transformers/all-MiniLM-L6-v2)"
     p.add_argument("--model", required=True, metavar="ID_OR_PATH", help=model)
     corpus = "sst2, imdb, or a UTF-8 text file with one text per line"
     p.add_argument("--corpus", required=True, metavar="sst2|imdb|FILE", help=corpus)
@@ -239,9 +238,7 @@ def _stress(args: argparse.Namespace) -> int:
     rate = monotonicity_violation_rate(D, "triplets", input_kind="distances").rate
     geometry = {"name": corpus.name, "split": corpus.split, "source": corpus.source}
     geometry |= dict(texts=len(corpus), n_requested=args.n, n=int(marg.n), policy=args.policy)
-    geometry |= dict(
-        view=args.view, min_count=args.min_count, effective_rank=int(mds.effective_rank)
-    )
+    geometry |= dict(view=args.view, min_count=args.min_count, effective_rank=mds.effective_rank)
     geometry |= dict(negative_mass=float(mds.negative_mass), violation_rate=float(rate))
     geometry["support"] = [int(s) for s in marg.support]
     info = {"model": str(args.model), "model_label": model_label(args.model)}

@@ -30,7 +30,7 @@ examples:
 Shards: *.txt (one text per line), *.jsonl (field --text-field) or GLUE-style *.tsv, compressed or
 not (.gz/.bz2/.xz/.zst), local or any fsspec URL, or a Hugging Face dataset streamed (--hub), one
 task per shard. The counts are summed exactly by a tree reduction: the result equals a
-single-process count, bit for bit. A failing shard stops the count with its name; nothing is written.
+single-process count, bit for bit. A failing shard stops the count with its name, writing nothing.
 """
 
 
@@ -101,7 +101,8 @@ def _shards(args: argparse.Namespace) -> list:
 
 
 def run_count(args: argparse.Namespace) -> int:
-    """Run ``posgeom count``; bad usage raises the CLI's ``UsageError``. Chapter: *Beyond one machine*."""
+    """Run ``posgeom count``; bad usage raises :class:`.cli.UsageError`.
+    Chapter: *Beyond one machine*."""
     from ..cache import write_json
     from ..models import load_tokenizer
     from ..scale.counting import ShardError, sharded_marginals
