@@ -1,4 +1,5 @@
-"""The ``posgeom`` command line (posgeom_utils.repro.cli): JSON rows, tiny random checkpoints, the plot, errors, help."""
+"""``posgeom stress`` and the ``posgeom`` parser (posgeom_utils.repro.cli): JSON rows, the table,
+tiny random checkpoints, the plot, errors, help."""
 
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ import pytest
 from posgeom_utils.repro.cli import main
 from posgeom_utils.models import DEFAULT_MODEL
 
-WORDS = ("the a this that good bad film movie story actor plot was is very quite not really funny dull "
-         "long short great awful and but with without".split())
+WORDS = (
+    "the a this that good bad film movie story actor plot was is very quite not really funny dull "
+    "long short great awful and but with without".split()
+)
 
 
 @pytest.fixture(scope="module")
 def text_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """~200 seeded sentences of 3 to 14 simple words, one per line (plus blank lines, which are skipped)."""
+    """~200 seeded sentences of 3 to 14 simple words, one per line, and blank lines (skipped)."""
     rng = np.random.default_rng(0)
     lines = [" ".join(rng.choice(WORDS, size=int(rng.integers(3, 15)))) + "." for _ in range(200)]
     path = tmp_path_factory.mktemp("cli") / "texts.txt"
@@ -36,8 +39,22 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, s
 
 
 def stress_json(model: str, corpus: Path, capsys, *extra: str) -> dict:
-    code, out, err = run_cli(["stress", "--model", model, "--corpus", str(corpus), "--n", "16",
-                              "--min-count", "5", "--json", *extra], capsys)
+    code, out, err = run_cli(
+        [
+            "stress",
+            "--model",
+            model,
+            "--corpus",
+            str(corpus),
+            "--n",
+            "16",
+            "--min-count",
+            "5",
+            "--json",
+            *extra,
+        ],
+        capsys,
+    )
     assert code == 0, err
     return json.loads(out)
 
@@ -66,10 +83,29 @@ def test_packaged_model_json(text_file: Path, capsys):
 
 
 def test_text_table(text_file: Path, capsys):
-    code, out, _ = run_cli(["stress", "--model", DEFAULT_MODEL, "--corpus", str(text_file), "--n", "12",
-                            "--min-count", "5", "--policy", "drop"], capsys)
+    code, out, _ = run_cli(
+        [
+            "stress",
+            "--model",
+            DEFAULT_MODEL,
+            "--corpus",
+            str(text_file),
+            "--n",
+            "12",
+            "--min-count",
+            "5",
+            "--policy",
+            "drop",
+        ],
+        capsys,
+    )
     assert code == 0
-    assert "raw stress" in out and "learned (model)" in out and "MDS optimum" in out and "sinusoidal" in out
+    assert (
+        "raw stress" in out
+        and "learned (model)" in out
+        and "MDS optimum" in out
+        and "sinusoidal" in out
+    )
 
 
 def _save_tiny(kind: str, path: Path) -> Path:
@@ -77,7 +113,13 @@ def _save_tiny(kind: str, path: Path) -> Path:
 
     from posgeom_utils.models import load_tokenizer
 
-    common = dict(vocab_size=30522, num_hidden_layers=1, num_attention_heads=2, hidden_size=32, intermediate_size=64)
+    common = dict(
+        vocab_size=30522,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        hidden_size=32,
+        intermediate_size=64,
+    )
     if kind == "gpt2":
         config = tf.GPT2Config(vocab_size=30522, n_embd=32, n_layer=1, n_head=2, n_positions=64)
         model = tf.GPT2Model(config)
@@ -110,7 +152,9 @@ def test_tiny_learned_checkpoints(kind: str, text_file: Path, tmp_path: Path, ca
 
 
 @pytest.mark.parametrize("kind, mechanism, width", [("llama", "RoPE", 32), ("bloom", "ALiBi", 2)])
-def test_rope_and_alibi_from_config(kind: str, mechanism: str, width: int, text_file: Path, tmp_path: Path, capsys):
+def test_rope_and_alibi_from_config(
+    kind: str, mechanism: str, width: int, text_file: Path, tmp_path: Path, capsys
+):
     info = stress_json(str(_save_tiny(kind, tmp_path / kind)), text_file, capsys)
     rows = check_rows(info)
     assert info["mechanism"] == mechanism and rows[mechanism]["width"] == width
@@ -125,13 +169,16 @@ def test_plot_writes_png(text_file: Path, tmp_path: Path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--corpus", "no-such-corpus"], "--corpus"),
-    (["--n", "0"], "--n"),
-    (["--min-count", "0"], "--min-count"),
-    (["--model", "/no/such/model-folder"], "--model"),
-    (["--model", "nobody/no-such-model"], "--model"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--corpus", "no-such-corpus"], "--corpus"),
+        (["--n", "0"], "--n"),
+        (["--min-count", "0"], "--min-count"),
+        (["--model", "/no/such/model-folder"], "--model"),
+        (["--model", "nobody/no-such-model"], "--model"),
+    ],
+)
 def test_errors_exit_2(argv: list[str], needle: str, text_file: Path, capsys):
     base = {"--model": DEFAULT_MODEL, "--corpus": str(text_file), "--n": "16", "--min-count": "5"}
     base.update(dict(zip(argv[::2], argv[1::2])))
@@ -156,9 +203,20 @@ def test_usage_errors(capsys):
 
 def test_help(capsys):
     code, out, _ = run_cli(["--help"], capsys)
-    assert code == 0 and "stress" in out and "posgeom" in out
-    code, out, _ = run_cli(["stress", "--help"], capsys)
-    assert code == 0
-    for option in ("--model", "--corpus", "--split", "--n", "--policy", "--min-count", "--sample-size",
-                   "--data-dir", "--json", "--plot", "examples:"):
-        assert option in out, option
+    assert code == 0 and all(command in out for command in ("stress", "run", "count"))
+    for command in ("stress", "count"):  # run --help: tests/test_runner.py
+        code, out, _ = run_cli([command, "--help"], capsys)
+        assert code == 0 and "examples:" in out and "--model" in out
+
+
+def test_stress_view_corpus_removes_the_moved_sep(tmp_path, capsys):
+    """``--view corpus`` on texts longer than n: the last position is no longer [SEP]."""
+    path = tmp_path / "long.txt"
+    rng = np.random.default_rng(2)
+    path.write_text("".join(" ".join(rng.choice(WORDS, size=30)) + "\n" for _ in range(60)))
+    info = {
+        view: stress_json(DEFAULT_MODEL, path, capsys, "--n", "12", "--view", view)
+        for view in ("model", "corpus")
+    }
+    assert info["corpus"]["corpus"]["view"] == "corpus"
+    assert info["model"]["corpus"]["violation_rate"] != info["corpus"]["corpus"]["violation_rate"]

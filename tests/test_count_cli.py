@@ -1,5 +1,6 @@
-"""``posgeom count`` (posgeom_utils.repro.count_command): sharded counts from the shell, written atomically
-with provenance, equal to the single-process count; clear errors. Chapter: *Beyond one machine*."""
+"""``posgeom count`` (posgeom_utils.repro.count_command): sharded counts from the shell, written
+atomically with provenance, equal to the single-process count; clear errors.
+Chapter: *Beyond one machine*."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from posgeom_utils.marginals import PositionalMarginals, positional_marginals
 from posgeom_utils.models import DEFAULT_MODEL
-from posgeom_utils.repro.cli import main
+from test_cli import run_cli  # tests/ is on sys.path under pytest (no __init__.py)
 
 WORDS = "the a good bad film movie story was is very not funny dull long and but".split()
 
@@ -26,25 +27,34 @@ def shard_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's own usage errors and --help
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def _texts(shard_dir: Path) -> list[str]:
-    return [line.strip() for p in sorted(shard_dir.glob("part-*.txt")) for line in p.read_text().splitlines()
-            if line.strip()]
+    return [
+        line.strip()
+        for p in sorted(shard_dir.glob("part-*.txt"))
+        for line in p.read_text().splitlines()
+        if line.strip()
+    ]
 
 
 @pytest.mark.parametrize("where", [["--serial"], ["--workers", "2"]])
-def test_count_writes_counts_and_provenance(shard_dir, tmp_path, tokenizer, capsys, where, fresh_cache):
+def test_count_writes_counts_and_provenance(
+    shard_dir, tmp_path, tokenizer, capsys, where, fresh_cache
+):
     out = tmp_path / "counts.npz"
-    code, stdout, err = run_cli(["count", str(shard_dir / "part-*.txt"), "--model", DEFAULT_MODEL, "--n", "16",
-                                 "--out", str(out), *where], capsys)
+    code, stdout, err = run_cli(
+        [
+            "count",
+            str(shard_dir / "part-*.txt"),
+            "--model",
+            DEFAULT_MODEL,
+            "--n",
+            "16",
+            "--out",
+            str(out),
+            *where,
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert "counted 53 texts" in stdout and "3 shards" in stdout
     result = PositionalMarginals.load(out)
@@ -64,45 +74,31 @@ def test_failing_shard_writes_nothing(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine"}\n{broken\n')
     out = tmp_path / "counts.npz"
-    code, _, err = run_cli(["count", str(bad), "--model", DEFAULT_MODEL, "--n", "8", "--serial", "--out",
-                            str(out)], capsys)
+    code, _, err = run_cli(
+        ["count", str(bad), "--model", DEFAULT_MODEL, "--n", "8", "--serial", "--out", str(out)],
+        capsys,
+    )
     assert code == 2 and "bad.jsonl" in err and "nothing was written" in err
     assert not out.exists() and not out.with_suffix(".json").exists()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--n", "8", "--out", "c.npz"], "pass shard files"),
-    (["SHARD", "--n", "0", "--out", "c.npz"], "--n must be a positive integer"),
-    (["SHARD", "--n", "8", "--out", "c.txt"], "must end in .npz"),
-    (["SHARD", "--n", "8", "--out", "c.npz", "--workers", "0"], "--workers must be >= 1"),
-    (["missing-*.txt", "--n", "8", "--out", "c.npz"], "matches no file"),
-    (["SHARD", "--n", "500", "--out", "c.npz", "--serial"], "longer than any sequence"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--n", "8", "--out", "c.npz"], "pass shard files"),
+        (["SHARD", "--n", "0", "--out", "c.npz"], "--n must be an integer >= 1"),
+        (["SHARD", "--n", "8", "--out", "c.txt"], "ending in .npz"),
+        (
+            ["SHARD", "--n", "8", "--out", "c.npz", "--workers", "0"],
+            "--workers must be an integer >= 1",
+        ),
+        (["missing-*.txt", "--n", "8", "--out", "c.npz"], "matches no file"),
+        (["SHARD", "--n", "500", "--out", "c.npz", "--serial"], "longer than any sequence"),
+    ],
+)
 def test_bad_usage_is_one_clear_line(shard_dir, tmp_path, capsys, argv, message, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv = [str(shard_dir / "part-0.txt") if a == "SHARD" else a for a in argv]
     code, _, err = run_cli(["count", *argv, "--model", DEFAULT_MODEL], capsys)
     assert code == 2
     assert message in err and err.count("\n") == 1, err
-
-
-def test_help_names_the_cluster_options(capsys):
-    code, out, _ = run_cli(["count", "--help"], capsys)
-    assert code == 0
-    for option in ("--scheduler", "--workers", "--serial", "--hub", "--split-every"):
-        assert option in out
-
-
-def test_stress_view_corpus_removes_the_moved_sep(tmp_path, capsys):
-    """``posgeom stress --view corpus`` on texts longer than n: the last position is no longer [SEP]."""
-    path = tmp_path / "long.txt"
-    rng = np.random.default_rng(2)
-    path.write_text("".join(" ".join(rng.choice(WORDS, size=30)) + "\n" for _ in range(60)))
-    rows = {}
-    for view in ("model", "corpus"):
-        code, out, err = run_cli(["stress", "--model", DEFAULT_MODEL, "--corpus", str(path), "--n", "12",
-                                  "--min-count", "5", "--json", "--view", view], capsys)
-        assert code == 0, err
-        rows[view] = json.loads(out)
-    assert rows["corpus"]["corpus"]["view"] == "corpus"
-    assert rows["model"]["corpus"]["violation_rate"] != rows["corpus"]["corpus"]["violation_rate"]
