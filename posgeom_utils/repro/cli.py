@@ -45,7 +45,8 @@ examples:
   posgeom run --profile default --executor dask --workers 2
 
 A chapter is skipped when its results.json has the same profile, requested parameters, package
-version and source hash (the chapter, the science modules, the pinned environment) = the skip key.
+version and code hash (the chapter's code cells, the package code they import, the pinned environment;
+docstrings, comments and layout do not count) = the skip key.
 The git commit and where training ran (--executor, --workers, --scheduler: same results either way)
 are recorded, not part of the skip key. An interrupted training run resumes from its checkpoints/.
 Exit status: 0 when every chapter ran or was skipped, 1 when a chapter failed, 2 on bad usage.
