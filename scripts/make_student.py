@@ -1,10 +1,9 @@
 #!/usr/bin/env python
 """Write the student edition: ``student/<chapter>.ipynb`` for every chapter (``make student``).
 
-README, *Editions*. From each chapter source (``notebooks/<chapter>.md``):
+Chapter: *Teaching with this book*. From each chapter source (``notebooks/<chapter>.md``):
 
-- every worked solution is removed: the ``{solution}`` blocks of markdown cells, and code cells tagged
-  ``solution``;
+- every worked solution (a ``{solution}`` block of a markdown cell) is removed;
 - the exercises stay, and their code cells (tagged ``exercise``) stay as stubs, ``answer = None`` followed
   by the call of the chapter's check (``posgeom_utils.teaching``), which says whether an answer is right
   without revealing it;
@@ -33,49 +32,42 @@ from posgeom_utils.repro.profiles import chapter_parameters  # noqa: E402
 
 SOURCES = ROOT / "notebooks"
 #: a ``{solution}`` directive in a markdown cell, fenced by 3+ backticks or colons, up to its closing fence
-SOLUTION = re.compile(r"^(?P<fence>`{3,}|:{3,})\{solution(?:-start)?\}.*?^(?P=fence)[ \t]*\n?", re.M | re.S)
+SOLUTION = re.compile(r"^(?P<fence>`{3,}|:{3,})\{solution\}.*?^(?P=fence)[ \t]*\n?", re.M | re.S)
 #: a glued number in the prose (``{glue:text}`key:.3f```): shown by the book, not by Jupyter
 GLUE = re.compile(r"\{glue(?::\w+)?\}`([^`:]+)(?::[^`]*)?`")
+#: the comment on top of a student's parameters cell
+NOTE = (
+    "# Student edition: the smoke profile (small sizes, a run in class takes seconds). For the book's\n"
+    '# scale set profile = "default" and restore the values of notebooks/<chapter>.md.\n'
+)
 #: cell tags that only shape the rendered book
-BOOK_TAGS = {"remove-cell", "remove-input", "remove-output", "hide-input", "hide-output", "hide-cell",
-             "nbval-check-output", "nbval-ignore-output", "nbval-skip"}
-
-
-def solution_texts(markdown: str) -> list[str]:
-    """The bodies of the ``{solution}`` blocks of a markdown cell (their first option lines dropped)."""
-    bodies = []
-    for match in SOLUTION.finditer(markdown):
-        lines = match.group(0).splitlines()[1:-1]
-        bodies.append("\n".join(line for line in lines if not line.startswith(":")).strip())
-    return bodies
+BOOK_TAGS = set(
+    "remove-cell remove-input remove-output hide-input hide-output hide-cell nbval-check-output "
+    "nbval-ignore-output nbval-skip".split()
+)
 
 
 def smoke_parameters(source: str, overrides: dict) -> str:
-    """The parameters cell ``source`` with each overridden name's value replaced (its comment kept)."""
-    lines = source.splitlines()
+    """The parameters cell ``source`` with each overridden name's value replaced (its comment kept).
+    Chapter: *Teaching with this book*."""
     for name, value in overrides.items():
-        pattern = re.compile(rf"^{re.escape(name)}\s*=\s*.*?(\s+#.*)?$")
-        for k, line in enumerate(lines):
-            match = pattern.match(line)
-            if match:
-                lines[k] = f"{name} = {value!r}{match.group(1) or ''}"
-                break
-        else:
-            raise ValueError(f"the parameters cell declares no {name!r}: profiles and chapter disagree")
-    note = ("# Student edition: the smoke profile (small sizes, a run in class takes seconds). For the book's\n"
-            "# scale set profile = \"default\" and restore the values of notebooks/<chapter>.md.")
-    return note + "\n" + "\n".join(lines)
+        pattern = re.compile(rf"^{re.escape(name)}\s*=\s*.*?(\s+#.*)?$", re.M)
+        line = f"{name} = {value!r}"
+        source, found = pattern.subn(lambda match: line + (match.group(1) or ""), source, count=1)
+        if not found:
+            raise ValueError(
+                f"the parameters cell declares no {name!r}: profiles and chapter disagree"
+            )
+    return NOTE + source
 
 
 def student_notebook(chapter: str, source_dir: Path = SOURCES) -> nbformat.NotebookNode:
-    """The student edition of ``chapter`` (see the module docstring)."""
+    """The student edition of ``chapter`` (see the module docstring). Chapter: *Teaching with this book*."""
     nb = jupytext.read(source_dir / f"{chapter}.md")
     overrides = chapter_parameters(chapter, "smoke")
     cells = []
     for cell in nb.cells:
         tags = list(cell.metadata.get("tags", []))
-        if "solution" in tags:
-            continue
         if cell.cell_type == "markdown":
             cell.source = GLUE.sub(r"`\1`", SOLUTION.sub("", cell.source))
             if not cell.source.strip():
@@ -97,9 +89,14 @@ def student_notebook(chapter: str, source_dir: Path = SOURCES) -> nbformat.Noteb
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """``make student``: write the student notebooks. Chapter: *Teaching with this book*."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("chapters", nargs="*", help="chapter names (default: every notebooks/*.md)")
-    parser.add_argument("--out", type=Path, default=ROOT / "student", help="output folder (default: student/)")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "student", help="output folder (default: student/)"
+    )
     args = parser.parse_args(argv)
     chapters = args.chapters or sorted(p.stem for p in SOURCES.glob("*.md"))
     args.out.mkdir(parents=True, exist_ok=True)
