@@ -113,19 +113,19 @@ def test_real_rows_judge_fake_results(tmp_path: Path, rows) -> None:
     """The book's own rows: the chance row and a qualitative row flip with the values."""
     default = tmp_path / "default"
     # the tables follow the L2 order, not the Hellinger one: the conjecture holds with another geometry
-    write_run(default, "monotonicity", {"random_mean": 0.51, "random_tables": 20, "ntk_gap_hi_low": 0.1,
-                                        "ntk_gap_hi_high": 0.3})
+    write_run(default, "monotonicity", {"random_mean": 0.51, "random_tables": 20, "ntk_gap_wide_low": 0.1,
+                                        "ntk_gap_wide_high": 0.3})
     ledger = build_ledger({"default": default, "paper": tmp_path / "paper"}, claims=rows)
     # the chance rate is a property of the null model: when it holds it is a check of the code, not a finding
     assert ledger.loc["chance-violation-rate", "verdict (default)"] == BY_CONSTRUCTION
     assert ledger.loc["conj5-monotonicity", "verdict (default)"] == DIFFERENT_DEFINITION
-    write_run(default, "monotonicity", {"random_mean": 0.6, "random_tables": 20, "ntk_gap_hi_low": -0.1,
-                                        "ntk_gap_hi_high": 0.2})
+    write_run(default, "monotonicity", {"random_mean": 0.6, "random_tables": 20, "ntk_gap_wide_low": -0.1,
+                                        "ntk_gap_wide_high": 0.2})
     ledger = build_ledger({"default": default, "paper": tmp_path / "paper"}, claims=rows)
     assert ledger.loc["chance-violation-rate", "verdict (default)"] == DIFFERS
     assert ledger.loc["conj5-monotonicity", "verdict (default)"] == DIFFERS
-    write_run(default, "monotonicity", {"random_mean": 0.5, "random_tables": 20, "ntk_gap_hi_low": -0.3,
-                                        "ntk_gap_hi_high": -0.1})  # the Hellinger order wins: the paper's claim
+    write_run(default, "monotonicity", {"random_mean": 0.5, "random_tables": 20, "ntk_gap_wide_low": -0.3,
+                                        "ntk_gap_wide_high": -0.1})  # the Hellinger order wins: the paper's claim
     ledger = build_ledger({"default": default, "paper": tmp_path / "paper"}, claims=rows)
     assert ledger.loc["conj5-monotonicity", "verdict (default)"] == REPRODUCED
     # chapters without results are pending, rows that cannot be checked say so whatever the results
@@ -137,7 +137,7 @@ def test_real_rows_judge_fake_results(tmp_path: Path, rows) -> None:
 def test_missing_or_empty_paper_dir_is_pending_a_gpu_run(tmp_path: Path, rows) -> None:
     default = tmp_path / "default"
     write_run(default, "necessity", {"dev_none": 0.0, "dev_pre-trained_positions_removed": 0.0,
-                                     "acc_syn_none": 0.5, "probe_zeroed_lo": 0.48, "probe_zeroed_hi": 0.53})
+                                     "acc_syn_none": 0.5, "probe_zeroed_low": 0.48, "probe_zeroed_high": 0.53})
     (tmp_path / "empty").mkdir()
     for paper in (tmp_path / "absent", tmp_path / "empty", None):
         ledger = build_ledger({"default": default, "paper": paper}, claims=rows)
