@@ -81,7 +81,7 @@ def test_passing_checks(check: dict) -> None:
 
 @pytest.mark.parametrize("check, fragment", [
     ({"key": "a", "op": "<", "value": 0.5}, "fails"),
-    ({"key": "a", "op": "<", "other": "b", "factor": 2}, "2 * b"),
+    ({"key": "a", "op": "<", "other": "b", "factor": 1.5}, "1.5 * b"),
     ({"key": "a", "op": "between", "low": 0.6, "high": 0.7}, "outside"),
     ({"key": "a", "op": "==", "value": 0.6, "tol": 0.05}, "fails"),
     ({"key": "none", "op": ">", "value": 0}, "not a number"),

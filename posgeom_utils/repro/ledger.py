@@ -126,24 +126,50 @@ def check_keys(check: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(c[n] for c in _leaves(check) for n in ("key", "other") if n in c))
 
 
-def _validate(check: Any, where: str) -> None:
+def _validate(check: Any) -> None:
     for leaf in _leaves(check) if isinstance(check, Mapping) else [check]:
         if not isinstance(leaf, Mapping):
-            raise ClaimError(f"{where}: a check is a mapping, got {leaf!r}")
+            raise ClaimError(f"a check is a mapping, got {leaf!r}")
         if "asserted" in leaf:
             continue
         op = leaf.get("op")
         if op not in (*OPS, "==", "!=", "between") or "key" not in leaf:
             raise ClaimError(
-                f"{where}: a check needs 'key' and an op in < <= > >= == != between, got {leaf}"
+                f"a check needs 'key' and an op in < <= > >= == != between, got {leaf}"
             )
         sides = [s for s in ("value", "other", "paper") if s in leaf]
         if (op == "between") != (not sides) or len(sides) > 1:
             raise ClaimError(
-                f"{where}: op {op!r} compares with exactly one of value/other/paper, got {leaf}"
+                f"op {op!r} compares with exactly one of value/other/paper, got {leaf}"
             )
         if "paper" in leaf:
             paper_value(leaf["paper"])
+
+
+def _row(item: Mapping[str, Any]) -> Claim:
+    """One row of the YAML file as a :class:`Claim`, validated (a :class:`ClaimError` says what is wrong)."""
+    unknown = set(item) - set(FIELDS)
+    if unknown or not {"id", "chapter", "statement", "ours"} <= set(item):
+        raise ClaimError(f"fields {sorted(unknown)} unknown, or id/chapter/statement/ours missing")
+    if ("value" in item) == ("text" in item) or ("check" in item) == bool(
+        item.get("not_checkable")
+    ):
+        raise ClaimError("give one of value/text, and a check unless not_checkable")
+    for check in [item.get("check"), *(a["check"] for a in item.get("alternatives", []))]:
+        if check is not None:
+            _validate(check)
+    if item.get("value"):
+        paper_value(item["value"])
+    if item.get("verdict", REPRODUCED) not in (REPRODUCED, DIFFERENT_DEFINITION, BY_CONSTRUCTION):
+        raise ClaimError(
+            f"verdict must be {REPRODUCED}, {DIFFERENT_DEFINITION} or {BY_CONSTRUCTION}"
+        )
+    text = {k: " ".join(str(v).split()) for k, v in item.items() if isinstance(v, str)}
+    alternatives = tuple(
+        {"check": a["check"], "definition": " ".join(a["definition"].split())}
+        for a in item.get("alternatives", [])
+    )
+    return Claim(**{**item, **text, "alternatives": alternatives})
 
 
 def load_claims(path: str | Path | None = None) -> list[Claim]:
@@ -154,35 +180,10 @@ def load_claims(path: str | Path | None = None) -> list[Claim]:
     path = Path(path) if path is not None else DEFAULT_CLAIMS
     claims: list[Claim] = []
     for k, item in enumerate(yaml.safe_load(path.read_text(encoding="utf-8"))["claims"]):
-        where = f"{path} row {k + 1} ({item.get('id')!r})"
-        unknown = set(item) - set(FIELDS)
-        if unknown or not {"id", "chapter", "statement", "ours"} <= set(item):
-            raise ClaimError(
-                f"{where}: fields {sorted(unknown)} unknown, or id/chapter/statement/ours missing"
-            )
-        if ("value" in item) == ("text" in item) or ("check" in item) == bool(
-            item.get("not_checkable")
-        ):
-            raise ClaimError(f"{where}: give one of value/text, and a check unless not_checkable")
-        for check in [item.get("check"), *(a["check"] for a in item.get("alternatives", []))]:
-            if check is not None:
-                _validate(check, where)
-        if item.get("value"):
-            paper_value(item["value"])
-        if item.get("verdict", REPRODUCED) not in (
-            REPRODUCED,
-            DIFFERENT_DEFINITION,
-            BY_CONSTRUCTION,
-        ):
-            raise ClaimError(
-                f"{where}: verdict must be {REPRODUCED}, {DIFFERENT_DEFINITION} or {BY_CONSTRUCTION}"
-            )
-        text = {k: " ".join(str(v).split()) for k, v in item.items() if isinstance(v, str)}
-        alternatives = tuple(
-            {"check": a["check"], "definition": " ".join(a["definition"].split())}
-            for a in item.get("alternatives", [])
-        )
-        claims.append(Claim(**{**item, **text, "alternatives": alternatives}))
+        try:
+            claims.append(_row(item))
+        except ClaimError as exc:
+            raise ClaimError(f"{path} row {k + 1} ({item.get('id')!r}): {exc}") from None
     if len({c.id for c in claims}) != len(claims):
         raise ClaimError(f"{path}: duplicate ids")
     return claims
