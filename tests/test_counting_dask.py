@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import posgeom_utils.scale.counting as counting
+from posgeom_utils.scale import sweeps
 from posgeom_utils.marginals import PositionalMarginals, count_batches, positional_marginals
 from posgeom_utils.scale.counting import (
     Shard,
@@ -227,6 +228,6 @@ def test_bad_input_gets_a_clear_error(tmp_path, tokenizer):
 def test_unreachable_scheduler_is_a_clear_error(tmp_path, tokenizer, monkeypatch):
     path = tmp_path / "a.txt"
     path.write_text("a film\n")
-    monkeypatch.setattr(counting, "CONNECT_TIMEOUT", "1s")
+    monkeypatch.setattr(sweeps, "CONNECT_TIMEOUT", "1s")
     with pytest.raises(ConnectionError, match="scheduler='tcp://127.0.0.1:9'"):
         sharded_marginals([str(path)], tokenizer, n=8, scheduler="tcp://127.0.0.1:9", cache=False)

@@ -8,7 +8,6 @@ that a fine-tuning step is a deterministic function of its batch) saved with the
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import pickle
@@ -23,9 +22,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 accelerate = pytest.importorskip("accelerate")
 
-import posgeom_utils.scale.data_parallel as dp  # noqa: E402
 from posgeom_utils.finetune import finetune  # noqa: E402
-from posgeom_utils.probes import positional_hidden_means  # noqa: E402
+from posgeom_utils.probes import positional_hidden_means, token_lengths  # noqa: E402
 from posgeom_utils.scale.data_parallel import (  # noqa: E402
     batch_share, data_parallel_finetune, data_parallel_hidden_means, main)
 from posgeom_utils.training import TrainConfig  # noqa: E402
@@ -193,7 +191,7 @@ def test_two_process_probe_equals_single_process(two, tiny_bert, tokenizer, text
 
 def test_one_share_alone_is_not_the_result(two, tiny_bert, tokenizer, texts):
     """Negative control: what process 0 probes on its own differs from the reduced result."""
-    share = batch_share(dp._lengths(tokenizer, texts, N, True), 4, 0, 2)
+    share = batch_share(token_lengths(tokenizer, texts, N, True), 4, 0, 2)
     alone = positional_hidden_means(tiny_bert, tokenizer, [texts[i] for i in share], N, batch_size=4, device="cpu")
     merged = two[0]["probe4"]
     assert alone.counts.sum() < merged.counts.sum()
@@ -202,7 +200,7 @@ def test_one_share_alone_is_not_the_result(two, tiny_bert, tokenizer, texts):
 
 
 def test_batch_share_is_a_balanced_partition(tokenizer, texts):
-    lengths = dp._lengths(tokenizer, texts, N, True)
+    lengths = token_lengths(tokenizer, texts, N, True)
     order = np.argsort(lengths, kind="stable")
     batches = [order[s:s + 4] for s in range(0, len(texts), 4)]
     shares = [batch_share(lengths, 4, r, 2) for r in range(2)]
@@ -314,9 +312,9 @@ def test_probe_bad_input(accelerator, tiny_bert, tokenizer, texts, monkeypatch):
         args.update(kwargs)
         return data_parallel_hidden_means(**args)
 
-    with pytest.raises(ValueError, match="n must be a positive integer"):
+    with pytest.raises(ValueError, match="n must be an integer"):
         probe(n=0)
-    with pytest.raises(ValueError, match="n=65 exceeds the model's max_position_embeddings=64"):
+    with pytest.raises(ValueError, match=r"n must be an integer in \[1, 64\].*max_position_embeddings=64"):
         probe(n=65)
     with pytest.raises(ValueError, match="batch_size"):
         probe(batch_size=0)
@@ -351,8 +349,8 @@ def test_finetune_bad_input(accelerator, tiny_dir, data, tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["probe", "--texts", "{file}", "--positions", "0", "--out", "{out}"], "--positions must be an integer >= 1"),
-    (["probe", "--texts", "{file}", "--positions", "65", "--out", "{out}"], "--positions 65: n=65 exceeds"),
+    (["probe", "--texts", "{file}", "--positions", "0", "--out", "{out}"], "--positions: n must be an integer in [1, 64], got n=0"),
+    (["probe", "--texts", "{file}", "--positions", "65", "--out", "{out}"], "--positions: n must be an integer in [1, 64]"),
     (["probe", "--positions", "4", "--out", "{out}"], "exactly one of --dataset"),
     (["probe", "--texts", "{missing}", "--positions", "4", "--out", "{out}"], "is not a file"),
     (["finetune", "--texts", "{file}", "--out", "{out}"], "--texts needs --eval-texts"),
@@ -366,14 +364,3 @@ def test_command_line_bad_input(accelerator, tiny_dir, tmp_path, capsys, argv, m
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "o.npz").exists()
-
-
-# --------------------------------------------------------------------------- docstrings
-
-
-def test_every_public_function_names_the_chapter():
-    public = [getattr(dp, name) for name in dp.__all__]
-    assert len(public) == 4 and all(inspect.isfunction(f) for f in public)
-    missing = [f.__name__ for f in public if "Chapter: *Beyond one machine*" not in (inspect.getdoc(f) or "")]
-    assert not missing
-    assert all(f.__annotations__.get("return") for f in public)  # type hints, return included

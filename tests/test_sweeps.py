@@ -185,7 +185,7 @@ def twice(config: dict) -> dict:
 
 
 @pytest.mark.parametrize("kwargs, error, words", [
-    ({"executor": "spark"}, ValueError, ["executor", "'serial' or 'dask'", "spark"]),
+    ({"executor": "spark"}, ValueError, ["executor", "'serial', 'dask'", "spark"]),
     ({"executor": "dask", "workers": 0}, ValueError, ["workers", ">= 1", "workers=2"]),
     ({"workers": True}, ValueError, ["workers"]),
     ({"workers": "2"}, ValueError, ["workers"]),
@@ -196,6 +196,33 @@ def test_bad_options(kwargs, error, words):
     with pytest.raises(error) as caught:
         run_sweep(twice, [{"name": "a", "x": 1}], **kwargs)
     assert all(w in str(caught.value) for w in words), caught.value
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"POSGEOM_EXECUTOR": "spark"}, ["POSGEOM_EXECUTOR", "spark"]),
+    ({"POSGEOM_EXECUTOR": "dask", "POSGEOM_WORKERS": "two"}, ["POSGEOM_WORKERS", "'two'"]),
+    ({"POSGEOM_WORKERS": "0"}, ["POSGEOM_WORKERS", ">= 1"]),
+    ({"POSGEOM_SCHEDULER": "tcp://127.0.0.1:8786"}, ["POSGEOM_SCHEDULER", "POSGEOM_EXECUTOR=dask"]),
+])
+def test_bad_environment(monkeypatch, env, words):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as caught:
+        run_sweep(twice, [{"name": "a", "x": 1}])
+    assert all(w in str(caught.value) for w in words), caught.value
+
+
+def test_the_environment_chooses_the_executor_and_arguments_win(monkeypatch):
+    monkeypatch.setenv("POSGEOM_EXECUTOR", "dask")
+    monkeypatch.setenv("POSGEOM_WORKERS", "3")
+    monkeypatch.setenv("POSGEOM_SCHEDULER", "tcp://10.0.0.1:8786")
+    assert sweeps.sweep_options() == ("dask", 3, "tcp://10.0.0.1:8786")
+    monkeypatch.setenv("POSGEOM_SCHEDULER", "")  # empty: unset
+    assert sweeps.sweep_options() == ("dask", 3, None)
+    assert sweeps.sweep_options("serial", 1, None) == ("serial", 1, None)
+    for name in ("POSGEOM_EXECUTOR", "POSGEOM_WORKERS", "POSGEOM_SCHEDULER"):
+        monkeypatch.delenv(name)
+    assert sweeps.sweep_options() == ("serial", None, None)
 
 
 @pytest.mark.parametrize("fn, configs, error, words", [
@@ -252,14 +279,10 @@ def test_each_gpu_worker_sees_its_own_gpu(monkeypatch):
     OpenMP thread, and no MALLOC_TRIM_THRESHOLD_ (distributed's default, 1.4x slower training)."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    client, cluster = sweeps._client(None, None, runs=8)
-    try:
+    with sweeps.dask_client(None, None, runs=8) as client:
         seen = client.run(lambda: (os.environ.get("CUDA_VISIBLE_DEVICES"),
                                    os.environ.get("OMP_NUM_THREADS"),
                                    os.environ.get("MALLOC_TRIM_THRESHOLD_")))
-    finally:
-        client.close()
-        cluster.close()
     assert sorted(seen.values()) == [("0", "1", None), ("1", "1", None)]
 
 
