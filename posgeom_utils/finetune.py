@@ -1,24 +1,20 @@
 """Fine-tuning a pre-trained encoder as a classifier while recording its learned position table.
 
 Chapter: *Do distinct positions get distinct vectors?* (how the learned absolute position embeddings
-of a pre-trained model move when it is fine-tuned on a downstream task).
-
-- ``PretrainedClassifier``: a Hugging Face encoder with a linear head on the mean-pooled last hidden
-  state; ``position_table()`` reads its current learned position table.
-- ``prepare_finetune(...)``: the checked inputs, the classifier and the encoded texts of a run.
-- ``finetune(...)``: trains that with :func:`posgeom_utils.training.train_classifier` (seeding,
-  evaluation, atomic checkpoints and resume) and records the table at step 0 and every evaluation.
-
-Dropout is resumable: the masks of the n-th training forward pass are drawn from a generator seeded
-by ``(seed, n)``, and ``n`` lives in the state dict.
+of a pre-trained model move when it is fine-tuned on a downstream task). :func:`prepare_finetune`
+checks the inputs, builds the classifier and encodes the texts; :func:`finetune` trains that with
+:func:`~posgeom_utils.training.train_classifier` (seeding, evaluation, checkpoints and resume) and
+records the table at step 0 and at every evaluation. Dropout is resumable: the masks of the n-th
+training forward pass come from a generator seeded by ``(seed, n)``, and ``n`` is in the state dict.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,24 +39,17 @@ class PretrainedClassifier(nn.Module):
     Chapter: *Do distinct positions get distinct vectors?*."""
 
     def __init__(
-        self,
-        encoder: nn.Module,
-        num_classes: int = 2,
-        pad_token_id: int | None = None,
-        seed: int = 0,
+        self, encoder: nn.Module, num_classes: int = 2, pad_token_id: Any = None, seed: int = 0
     ):
         super().__init__()
-        num_classes = integer(num_classes, "num_classes", 2)
-        config = getattr(encoder, "config", None)
-        hidden = getattr(config, "hidden_size", None)
+        hidden = getattr(getattr(encoder, "config", None), "hidden_size", None)
         if hidden is None:
-            raise ValueError(
-                f"encoder {type(encoder).__name__} has no config.hidden_size: pass a transformers model"
-            )
-        self.encoder, self.head = encoder, nn.Linear(int(hidden), num_classes)
-        self.num_classes, self.seed = num_classes, int(seed)
+            name = type(encoder).__name__
+            raise ValueError(f"encoder {name} has no config.hidden_size: pass a transformers model")
+        self.num_classes, self.seed = integer(num_classes, "num_classes", 2), int(seed)
+        self.encoder, self.head = encoder, nn.Linear(int(hidden), self.num_classes)
         self.pad_token_id = (
-            pad_token_id if pad_token_id is not None else getattr(config, "pad_token_id", None)
+            pad_token_id if pad_token_id is not None else encoder.config.pad_token_id
         )
         # training forward passes so far: seeds the dropout masks, saved with the weights
         self.register_buffer("train_forwards", torch.zeros((), dtype=torch.long))
@@ -73,7 +62,7 @@ class PretrainedClassifier(nn.Module):
         return learned_position_embeddings(self.encoder, n)
 
     def attention_mask_for(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """1 for real tokens, 0 for padding (all ones if the model has no pad token).
+        """1 for real tokens, 0 for padding (all ones without a pad token).
         Chapter: *Do distinct positions get distinct vectors?*."""
         if self.pad_token_id is None:
             return torch.ones_like(input_ids)
@@ -90,9 +79,7 @@ class PretrainedClassifier(nn.Module):
             torch.manual_seed((self.seed * 1_000_003 + int(self.train_forwards)) % 2**63)
             yield
 
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: Any = None) -> torch.Tensor:
         """Logits (batch x num_classes) for token ids (batch x length).
         Chapter: *Do distinct positions get distinct vectors?*."""
         if input_ids.dim() != 2:
@@ -106,30 +93,18 @@ class PretrainedClassifier(nn.Module):
                 input_ids=input_ids, attention_mask=attention_mask
             ).last_hidden_state
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        return self.head(pooled)
+        return self.head((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0))
 
 
-def encode_texts(
-    texts: Sequence[str], tokenizer: Any, max_len: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def encode_texts(texts: Sequence[str], tokenizer: Any, max_len: int) -> tuple[torch.Tensor, ...]:
     """Token ids and attention mask (``LongTensor``, n x max_len) of ``texts``: special tokens kept,
     truncated and right-padded to ``max_len``. Chapter: *Do distinct positions get distinct vectors?*.
     """
-    texts = check_texts(texts)
-    max_len = integer(max_len, "max_len", 2)
+    texts, max_len = check_texts(texts), integer(max_len, "max_len", 2)
     if getattr(tokenizer, "pad_token_id", None) is None:
-        raise ValueError(
-            "the tokenizer has no pad token: set tokenizer.pad_token (e.g. to its eos token) first"
-        )
-    enc = tokenizer(
-        texts,
-        add_special_tokens=True,
-        truncation=True,
-        max_length=max_len,
-        padding="max_length",
-        return_tensors="pt",
-    )
+        raise ValueError("the tokenizer has no pad token: set tokenizer.pad_token first")
+    options = dict(truncation=True, max_length=max_len, padding="max_length", return_tensors="pt")
+    enc = tokenizer(texts, add_special_tokens=True, **options)
     return enc["input_ids"].long(), enc["attention_mask"].long()
 
 
@@ -139,34 +114,18 @@ def _labels(y: Any, n: int, num_classes: int, name: str) -> torch.Tensor:
         raise ValueError(f"{name} must hold one label per text ({n}), got shape {tuple(t.shape)}")
     if t.is_floating_point() and not torch.equal(t, t.round()):
         raise ValueError(f"{name} must hold integer class labels")
-    t = t.long()
     if t.min() < 0 or t.max() >= num_classes:
+        span = f"{int(t.min())}..{int(t.max())}"
         raise ValueError(
-            f"{name} must lie in 0..{num_classes - 1} (num_classes={num_classes}), "
-            f"got {int(t.min())}..{int(t.max())}"
+            f"{name} must lie in 0..{num_classes - 1} (num_classes={num_classes}), got {span}"
         )
-    return t
-
-
-def finetune_config(
-    config: TrainConfig, record_every: int | None = None, device: str | None = None
-) -> TrainConfig:
-    """``config`` with ``eval_every = record_every`` and ``device`` where given; a bad device fails
-    here, before any model is loaded. Chapter: *Do distinct positions get distinct vectors?*."""
-    if not isinstance(config, TrainConfig):
-        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
-    if record_every is not None:
-        config = replace(config, eval_every=integer(record_every, "record_every"))
-    if device is not None:
-        config = replace(config, device=device)
-    select_device(config.device)
-    return config
+    return t.long()
 
 
 @dataclass
 class FinetuneSetup:
-    """What a fine-tuning run trains: the classifier (head seeded by ``config.seed``), the encoded
-    texts, their labels, and how many table rows to record.
+    """A fine-tuning run before training: the classifier (head seeded by ``config.seed``), the
+    encoded texts and labels, the run's ``config`` and how many table rows it records.
     Chapter: *Do distinct positions get distinct vectors?*."""
 
     model: PretrainedClassifier
@@ -174,6 +133,7 @@ class FinetuneSetup:
     y_train: torch.Tensor
     X_eval: torch.Tensor
     y_eval: torch.Tensor
+    config: TrainConfig
     n_record: int
 
 
@@ -186,30 +146,47 @@ def prepare_finetune(
     config: TrainConfig,
     *,
     max_len: int = 64,
+    record_every: int | None = None,
     n_record: int | None = None,
     num_classes: int = 2,
+    device: str | None = None,
 ) -> FinetuneSetup:
-    """Check the inputs, load ``model_name`` (None: the packaged all-MiniLM-L6-v2) with a seeded
-    linear head, and encode the texts. Chapter: *Do distinct positions get distinct vectors?*."""
+    """Check the inputs (all before any model is loaded), load ``model_name`` (None: the packaged
+    all-MiniLM-L6-v2) with a seeded linear head and encode the texts; ``record_every`` and
+    ``device`` replace ``config.eval_every`` and ``config.device`` where given.
+    Chapter: *Do distinct positions get distinct vectors?*."""
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if record_every is not None:
+        config = replace(config, eval_every=integer(record_every, "record_every"))
+    config = config if device is None else replace(config, device=device)
+    select_device(config.device)
     texts_train, texts_eval = (
         check_texts(texts_train, "texts_train"),
         check_texts(texts_eval, "texts_eval"),
     )
-    max_len = integer(max_len, "max_len", 2)
-    num_classes = integer(num_classes, "num_classes", 2)
+    max_len, num_classes = integer(max_len, "max_len", 2), integer(num_classes, "num_classes", 2)
     y_train = _labels(y_train, len(texts_train), num_classes, "y_train")
     y_eval = _labels(y_eval, len(texts_eval), num_classes, "y_eval")
-    tokenizer = load_tokenizer(model_name)
-    encoder = load_model(model_name, device="cpu")
+    tokenizer, encoder = load_tokenizer(model_name), load_model(model_name, device="cpu")
     seed_everything(config.seed)  # the head's initial weights
     model = PretrainedClassifier(encoder, num_classes, tokenizer.pad_token_id, config.seed)
     rows = model.position_table().shape[0]  # ValueError now without learned absolute positions
     if max_len > rows:
         raise fail("max_len", f"at most the model's {rows} learned positions", max_len)
     n_record = max_len if n_record is None else integer(n_record, "n_record", 1, rows)
-    X_train, _ = encode_texts(texts_train, tokenizer, max_len)
-    X_eval, _ = encode_texts(texts_eval, tokenizer, max_len)
-    return FinetuneSetup(model, X_train, y_train, X_eval, y_eval, n_record)
+    X_train, X_eval = (encode_texts(t, tokenizer, max_len)[0] for t in (texts_train, texts_eval))
+    return FinetuneSetup(model, X_train, y_train, X_eval, y_eval, config, n_record)
+
+
+def save_records(path: Path, records: dict[int, np.ndarray]) -> None:
+    """Write ``{step: table}`` atomically as an ``.npz`` of ``steps`` and stacked ``tables``.
+    Chapter: *Do distinct positions get distinct vectors?*."""
+    steps = sorted(records)
+    tables = np.stack([records[s] for s in steps])
+    atomic_write(
+        path, lambda tmp: np.savez(tmp, steps=np.asarray(steps, dtype=np.int64), tables=tables)
+    )
 
 
 def _load_records(path: Path | None, shape: tuple[int, int]) -> dict[int, np.ndarray]:
@@ -223,16 +200,6 @@ def _load_records(path: Path | None, shape: tuple[int, int]) -> dict[int, np.nda
             "(n_record or the model differ): use another checkpoint_dir or the same settings"
         )
     return {int(s): t for s, t in zip(steps, tables)}
-
-
-def save_records(path: Path, records: dict[int, np.ndarray]) -> None:
-    """Write ``{step: table}`` atomically as an ``.npz`` of ``steps`` and stacked ``tables``.
-    Chapter: *Do distinct positions get distinct vectors?*."""
-    steps = sorted(records)
-    tables = np.stack([records[s] for s in steps])
-    atomic_write(
-        path, lambda tmp: np.savez(tmp, steps=np.asarray(steps, dtype=np.int64), tables=tables)
-    )
 
 
 def finetune(
@@ -249,44 +216,27 @@ def finetune(
     num_classes: int = 2,
     device: str | None = None,
 ) -> tuple[PretrainedClassifier, History, list[tuple[int, np.ndarray]]]:
-    """Fine-tune ``model_name`` with a linear head (:func:`prepare_finetune`,
+    """Fine-tune ``model_name`` with a linear head (:func:`prepare_finetune`, then
     :func:`~posgeom_utils.training.train_classifier`); return ``(model, history, records)``.
 
     ``records`` lists ``(step, table)``: the first ``n_record`` rows (default ``max_len``) of the
-    position table at step 0 and after every evaluation (``record_every`` replaces
-    ``config.eval_every``, ``device`` replaces ``config.device``). With ``config.checkpoint_dir`` an
-    interrupted run resumes. Chapter: *Do distinct positions get distinct vectors?*.
+    position table at step 0 and after every evaluation. With ``config.checkpoint_dir`` an
+    interrupted run resumes (weights, history and records).
+    Chapter: *Do distinct positions get distinct vectors?*.
     """
-    config = finetune_config(config, record_every, device)
-    setup = prepare_finetune(
-        model_name,
-        texts_train,
-        y_train,
-        texts_eval,
-        y_eval,
-        config,
-        max_len=max_len,
-        n_record=n_record,
-        num_classes=num_classes,
-    )
-    path = Path(config.checkpoint_dir) / RECORDS_FILE if config.checkpoint_dir else None
-    width = setup.model.position_table(1).shape[1]
-    recorded = _load_records(path, (setup.n_record, width))
+    options = dict(max_len=max_len, record_every=record_every, n_record=n_record, device=device)
+    options["num_classes"] = num_classes
+    run = prepare_finetune(model_name, texts_train, y_train, texts_eval, y_eval, config, **options)
+    folder = run.config.checkpoint_dir
+    path = Path(folder) / RECORDS_FILE if folder else None
+    recorded = _load_records(path, (run.n_record, run.model.position_table(1).shape[1]))
 
-    def record(step: int, m: nn.Module) -> None:
-        recorded[step] = m.position_table(setup.n_record)
+    def record(step: int, model: PretrainedClassifier) -> None:
+        recorded[step] = model.position_table(run.n_record)
         if path is not None:
             save_records(path, recorded)
 
-    history = train_classifier(
-        setup.model,
-        setup.X_train,
-        setup.y_train,
-        setup.X_eval,
-        setup.y_eval,
-        config,
-        callback=record,
-    )
+    data = (run.X_train, run.y_train, run.X_eval, run.y_eval)
+    history = train_classifier(run.model, *data, run.config, callback=record)
     # tables recorded after the last checkpoint of an interrupted run were recomputed on resume
-    records = [(s, recorded[s]) for s in [0, *history.step] if s in recorded]
-    return setup.model, history, records
+    return run.model, history, [(s, recorded[s]) for s in [0, *history.step] if s in recorded]

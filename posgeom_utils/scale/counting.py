@@ -74,10 +74,8 @@ def _kind_of(path: str) -> str:
         name = name.removesuffix(suffix)
     kind = next((k for s, k in SUFFIX_KINDS.items() if name.endswith(s)), None)
     if kind is None:
-        raise ValueError(
-            f"cannot tell the format of shard {path!r} from its name: name it *.txt, *.jsonl or "
-            "*.tsv (optionally .gz, .bz2, .xz, .zst), or pass kind=..."
-        )
+        fix = "name it *.txt, *.jsonl or *.tsv (optionally compressed, e.g. .gz), or pass kind=..."
+        raise ValueError(f"cannot tell the format of shard {path!r} from its name: {fix}")
     return kind
 
 
@@ -102,11 +100,9 @@ def file_shards(
         fs, _, found = fsspec.core.get_fs_token_paths(pattern)
         if not found:
             raise FileNotFoundError(f"the pattern {pattern!r} matches no file: check the path")
-        local = (fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]) in (
-            "file",
-            "local",
-        )
-        expanded += [f if local else fs.unstrip_protocol(f) for f in sorted(found)]
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        remote = protocol not in ("file", "local")
+        expanded += [fs.unstrip_protocol(f) if remote else f for f in sorted(found)]
     if len(set(expanded)) != len(expanded):
         raise ValueError("a shard is listed twice (its texts would count twice): pass each once")
     return [Shard(p, kind or _kind_of(p), text_field) for p in expanded]
@@ -136,11 +132,9 @@ def _open_hub(dataset: str, config: str | None, split: str, data_files: Any) -> 
     try:
         return datasets.load_dataset(dataset, config, split=split, streaming=True, **kwargs)
     except Exception as exc:  # hub, network and builder errors come in many types
-        raise FileNotFoundError(
-            f"cannot open dataset={dataset!r} (config={config!r}, split={split!r}) streaming: "
-            f"{type(exc).__name__}: {exc}. Offline, pass a local builder with data_files, e.g. "
-            "hub_shards('json', data_files=[...])"
-        ) from exc
+        what = f"dataset={dataset!r} (config={config!r}, split={split!r})"
+        fix = "offline, pass a builder with local files, e.g. hub_shards('json', data_files=...)"
+        raise FileNotFoundError(f"cannot stream {what}: {exc}; {fix}") from exc
 
 
 def shard_texts(shard: Shard) -> Iterator[str]:
@@ -242,10 +236,8 @@ def count_shard(
             batches(), tokenizer, n, special_tokens, align, buffer_tokens, view=view
         )
     except Exception as exc:
-        raise ShardError(
-            f"counting shard {shard.name!r} failed after {stats['texts']} texts: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
+        where = f"counting shard {shard.name!r} failed after {stats['texts']} texts"
+        raise ShardError(f"{where}: {type(exc).__name__}: {exc}") from exc
     lengths = np.arange(result.length_hist.size)
     stats["tokens"] = int((lengths * result.length_hist).sum())  # special tokens included
     stats["seconds"] = time.perf_counter() - start
@@ -288,12 +280,7 @@ def sharded_marginals(
     the cache key covers every shard's :func:`shard_fingerprint`. Chapter: *Beyond one machine*.
     """
     choice(executor, "executor", EXECUTORS, fix="'dask' for a cluster, 'serial' for this process")
-    plain = isinstance(shards, (str, os.PathLike)) or not all(isinstance(s, Shard) for s in shards)
-    shards = file_shards(shards) if plain and len(shards) else list(shards)
-    if not shards:
-        raise ValueError("shards is empty: pass at least one shard (file or dataset)")
-    if len(set(shards)) != len(shards):
-        raise ValueError("a shard is listed twice: pass each shard once")
+    shards = _checked_shards(shards)
     integer(batch_size, "batch_size")
     integer(split_every, "split_every", 2, fix="a tree needs at least 2 children per node")
     params = counting_params(tokenizer, n, special_tokens, align, view)
@@ -304,14 +291,8 @@ def sharded_marginals(
         result = PositionalMarginals.load(path)
         result.params["from_cache"] = True
         return _truncated(result, min_count)
-    options = dict(
-        n=n,
-        special_tokens=special_tokens,
-        align=align,
-        batch_size=batch_size,
-        buffer_tokens=buffer_tokens,
-        view=view,
-    )
+    options = dict(n=n, special_tokens=special_tokens, align=align, view=view)
+    options.update(batch_size=batch_size, buffer_tokens=buffer_tokens)
     with progress(desc="counting", unit=" texts") as bar:
         if executor == "serial":
             parts = [count_shard(s, tokenizer, **options, on_progress=bar.update) for s in shards]
@@ -329,15 +310,23 @@ def sharded_marginals(
     return _truncated(result, min_count)
 
 
+def _checked_shards(shards: Any) -> list[Shard]:
+    plain = isinstance(shards, (str, os.PathLike)) or not all(isinstance(s, Shard) for s in shards)
+    shards = file_shards(shards) if plain and len(shards) else list(shards)
+    if not shards:
+        raise ValueError("shards is empty: pass at least one shard (file or dataset)")
+    if len(set(shards)) != len(shards):
+        raise ValueError("a shard is listed twice: pass each shard once")
+    return shards
+
+
 def _truncated(result: PositionalMarginals, min_count: int | None) -> PositionalMarginals:
     """As the single-process count: truncated to ``min_count``, else every position reached."""
     if min_count is not None:
         return result.truncate(min_count=min_count)
     if np.any(result.support == 0):
-        raise ValueError(
-            f"n={result.n} is longer than any sequence: pass a smaller n, or "
-            "min_count=k to keep the positions reached by at least k sequences"
-        )
+        fix = "pass a smaller n, or min_count=k for the positions k sequences reach"
+        raise ValueError(f"n={result.n} is longer than any sequence: {fix}")
     return result
 
 

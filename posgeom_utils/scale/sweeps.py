@@ -30,19 +30,10 @@ from ..settings import progress
 #: the executors :func:`run_sweep` knows
 EXECUTORS = ("serial", "dask")
 #: where :func:`run_sweep` reads the executor, workers and scheduler it is not given
-ENVIRONMENT = {
-    "executor": "POSGEOM_EXECUTOR",
-    "workers": "POSGEOM_WORKERS",
-    "scheduler": "POSGEOM_SCHEDULER",
-}
+ENVIRONMENT = {name: f"POSGEOM_{name.upper()}" for name in ("executor", "workers", "scheduler")}
 #: environment of every worker started here: one thread per worker process
-THREAD_ENV = {
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "RAYON_NUM_THREADS": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
+THREAD_ENV = dict.fromkeys(["OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"], "1")
+THREAD_ENV.update(RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
 #: how long to wait for a remote scheduler
 CONNECT_TIMEOUT = "30s"
 #: what a run name may contain (it names the run's result file)
@@ -74,9 +65,9 @@ def _hashable(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
         return {"ndarray": digest, "shape": list(value.shape), "dtype": str(value.dtype)}
+    kind = type(value).__name__
     raise TypeError(
-        f"a configuration value of type {type(value).__name__} cannot be hashed: use numbers, "
-        "strings, lists, dicts or NumPy arrays (keep models and data in a global the run reads)"
+        f"a {kind} in a configuration cannot be hashed: keep it in a global the run reads"
     )
 
 
@@ -125,13 +116,11 @@ def start_local_cluster(workers: int | None = None, runs: int | None = None) -> 
     # an earlier cluster may have left distributed's value in os.environ: hide it while they start
     inherited = os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     specs = {
-        f"worker-{k}": {"cls": Nanny, "options": {"nthreads": 1, "env": env}}
-        for k, env in enumerate(envs)
+        f"worker-{k}": {"cls": Nanny, "options": {"nthreads": 1, "env": e}}
+        for k, e in enumerate(envs)
     }
-    scheduler = {
-        "cls": Scheduler,
-        "options": {"host": "127.0.0.1", "dashboard": False, "dashboard_address": ":0"},
-    }
+    options = {"host": "127.0.0.1", "dashboard": False, "dashboard_address": ":0"}
+    scheduler = {"cls": Scheduler, "options": options}
     try:
         with dask.config.set({"distributed.nanny.pre-spawn-environ": {**environ, **THREAD_ENV}}):
             return SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.WARN)
@@ -153,10 +142,8 @@ def dask_client(scheduler: Any = None, workers: int | None = None, runs: int | N
         try:
             client = Client(scheduler, timeout=CONNECT_TIMEOUT)
         except (OSError, TimeoutError) as exc:
-            raise ConnectionError(
-                f"cannot reach the Dask scheduler at scheduler={scheduler!r} ({exc}): start one "
-                "(`dask scheduler`) or pass scheduler=None for a local cluster"
-            ) from exc
+            message = f"cannot reach the Dask scheduler at scheduler={scheduler!r} ({exc})"
+            raise ConnectionError(message + ": start one, or pass scheduler=None") from exc
         with client:
             yield client
     elif scheduler is None:
@@ -168,10 +155,8 @@ def dask_client(scheduler: Any = None, workers: int | None = None, runs: int | N
                     client.run(_quiet)
                 _quiet()
     else:
-        raise TypeError(
-            f"scheduler must be None, a distributed.Client or an address string, got "
-            f"{type(scheduler).__name__}"
-        )
+        kind = type(scheduler).__name__
+        raise TypeError(f"scheduler must be None, a distributed.Client or an address, got {kind}")
 
 
 def _quiet() -> None:
@@ -198,44 +183,28 @@ def sweep_options(
         workers = int(workers)  # from the environment
     if workers is not None:
         workers = integer(workers, names["workers"], fix=f"pass e.g. {names['workers']}=2")
+    address = "a Dask scheduler address such as 'tcp://127.0.0.1:8786'"
     if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
-        raise fail(
-            names["scheduler"], "a Dask scheduler address such as 'tcp://127.0.0.1:8786'", scheduler
-        )
+        raise fail(names["scheduler"], address, scheduler)
     if scheduler is not None and executor != "dask":
-        raise ValueError(
-            f"{names['scheduler']}={scheduler!r} is used only by executor='dask': "
-            f"pass executor='dask' (or set POSGEOM_EXECUTOR=dask), or no scheduler"
-        )
+        fix = "pass executor='dask' (or set POSGEOM_EXECUTOR=dask), or no scheduler"
+        raise fail(names["scheduler"], "used only by executor='dask'", scheduler, fix)
     return executor, workers, scheduler
 
 
 def _checked_configs(configs: Any) -> list[dict[str, Any]]:
     if isinstance(configs, (str, bytes, dict)) or not isinstance(configs, Sequence):
-        raise TypeError(
-            f"configs must be a list of dicts (one per run, each with a 'name'), got "
-            f"{type(configs).__name__}"
-        )
+        raise TypeError(f"configs must be a list of dicts, one per run, got {type(configs)}")
     for k, config in enumerate(configs):
         if not isinstance(config, dict):
-            raise TypeError(
-                f"configs[{k}] must be a dict with a 'name', got {type(config).__name__}"
-            )
+            raise TypeError(f"configs[{k}] must be a dict with a 'name', got {type(config)}")
         if not isinstance(config.get("name"), str) or not _NAME.fullmatch(config["name"]):
-            raise fail(
-                f"configs[{k}]['name']",
-                "a name that can name a file (letters, digits and "
-                ". _ = + -, not starting with . or -)",
-                config.get("name"),
-                "pass e.g. 'precedes-rope-seed0'",
-            )
+            name, fix = f"configs[{k}]['name']", "it names a file: e.g. 'precedes-rope-seed0'"
+            raise fail(name, "letters, digits and . _ = + - (not first)", config.get("name"), fix)
     names = [c["name"] for c in configs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ValueError(
-            f"configs have duplicate names {duplicates}: every run needs its own name "
-            "(it names its result file and checkpoints), e.g. add the seed to it"
-        )
+        raise ValueError(f"configs have duplicate names {duplicates}: give every run its own name")
     return list(configs)
 
 
@@ -249,9 +218,7 @@ def _digest(config: dict[str, Any]) -> str:
 def _plain_result(name: str, result: Any) -> dict[str, Any]:
     """``result`` after the JSON round trip every result goes through."""
     if not isinstance(result, dict):
-        raise TypeError(
-            f"run {name!r}: the run function must return a dict, got {type(result).__name__}"
-        )
+        raise TypeError(f"run {name!r}: the run function must return a dict, not {type(result)}")
     try:
         return json.loads(json.dumps(result, allow_nan=True))
     except (TypeError, ValueError) as exc:
@@ -329,10 +296,7 @@ def run_sweep(
     """
     executor, workers, scheduler = sweep_options(executor, workers, scheduler)
     if not callable(fn):
-        raise TypeError(
-            f"fn must be a function taking one configuration dict and returning a "
-            f"dict, got {type(fn).__name__}"
-        )
+        raise TypeError(f"fn must be a function of one configuration dict, got {type(fn).__name__}")
     configs = _checked_configs(configs)
     digests = [_digest(config) for config in configs]
     folder = None if directory is None else Path(directory)
@@ -368,24 +332,15 @@ def _outcomes(fn, configs, pending, executor, workers, scheduler) -> Iterator[It
 
     with dask_client(scheduler, workers, len(pending)) as client:
         remote, tag = client.scatter(fn, broadcast=True, hash=False), uuid.uuid4().hex[:8]
-        futures = {
-            client.submit(
-                _call,
-                remote,
-                configs[k],
-                key=f"sweep-{configs[k]['name']}-{tag}",
-                priority=len(pending) - rank,
-                retries=0,
-                pure=False,
-            ): k
-            for rank, k in enumerate(pending)
-        }
+        futures = {}
+        for rank, k in enumerate(pending):  # the runs start in their order
+            key = f"sweep-{configs[k]['name']}-{tag}"
+            futures[
+                client.submit(_call, remote, configs[k], key=key, priority=-rank, pure=False)
+            ] = k
         try:
-            finished = as_completed(futures)
-            yield (
-                (futures[f], f.result() if f.status == "finished" else f.exception())
-                for f in finished
-            )
+            done = as_completed(futures)
+            yield ((futures[f], f.exception() if f.status == "error" else f.result()) for f in done)
         finally:
             client.cancel(list(futures))
             futures.clear()  # release the results before the workers go
