@@ -9,15 +9,15 @@ per transformer block) and position ``i``, ``means[l, i]`` is the average hidden
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .checks import choice, integer
 from .corpus import Corpus, check_texts
-from .models import select_device
+from .models import config_int, select_device
 from .settings import progress
 
 CENTRES = ("none", "global")
@@ -59,10 +59,7 @@ class LayerMeans:
 def check_probe(model: Any, n: Any, batch_size: Any, centre: Any) -> tuple[int, int]:
     """``(n, batch_size)`` as ints, ``n`` within the model's ``max_position_embeddings``; ``centre``
     one of :data:`CENTRES`. Chapter: *Positions layer by layer*."""
-    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    limit = (
-        int(limit) if isinstance(limit, (int, np.integer)) and not isinstance(limit, bool) else None
-    )
+    limit = config_int(getattr(model, "config", None), "max_position_embeddings")
     fix = f"the model has max_position_embeddings={limit}" if limit else ""
     n = integer(n, "n", 1, limit, fix=fix or "pass the number of positions, e.g. n=64")
     choice(centre, "centre", CENTRES)
@@ -100,9 +97,9 @@ def layer_sums(
             enc = {k: v.to(device) for k, v in enc.items()}
             hidden = getattr(model(**enc, output_hidden_states=True), "hidden_states", None)
             if hidden is None:
+                name = type(model).__name__
                 raise ValueError(
-                    f"model {type(model).__name__} returned no hidden_states with "
-                    "output_hidden_states=True: pass a Hugging Face encoder (e.g. AutoModel)"
+                    f"model {name} returned no hidden_states: pass an AutoModel encoder"
                 )
             mask = enc["attention_mask"]  # (B, T): padding weighs 0
             T, weights = mask.shape[1], mask.to(hidden[0].dtype)
@@ -135,9 +132,8 @@ def positional_hidden_means(
     dev = select_device(device)
     model = model.to(dev)
     order = np.argsort(token_lengths(tokenizer, texts, n, special_tokens), kind="stable")
-    batches = [
-        [texts[i] for i in order[s : s + batch_size]] for s in range(0, len(texts), batch_size)
-    ]
+    starts = range(0, len(texts), batch_size)
+    batches = [[texts[i] for i in order[s : s + batch_size]] for s in starts]
     sums, counts = layer_sums(model, tokenizer, batches, n, special_tokens, dev)
     result = layer_means(sums, counts, probe_params(model, texts, n, batch_size, special_tokens))
     return result.centred() if centre == "global" else result
@@ -155,18 +151,12 @@ def layer_means(sums: Any, counts: Any, params: dict) -> LayerMeans:
 
 
 def probe_params(
-    model: Any, texts: Sequence[str], n: int, batch_size: int, special_tokens: bool
+    model: Any, texts: Sequence, n: int, batch_size: int, special_tokens: bool
 ) -> dict:
     """The ``params`` of an uncentred probe. Chapter: *Positions layer by layer*."""
+    params = {"n": n, "batch_size": batch_size, "special_tokens": bool(special_tokens)}
     name = getattr(getattr(model, "config", None), "_name_or_path", None)
-    return dict(
-        n=n,
-        batch_size=batch_size,
-        special_tokens=bool(special_tokens),
-        centre="none",
-        num_texts=len(texts),
-        model=name,
-    )
+    return {**params, "centre": "none", "num_texts": len(texts), "model": name}
 
 
 def probe_groups(

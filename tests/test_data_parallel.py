@@ -306,50 +306,23 @@ def test_command_line_probe_and_finetune(accelerator, tiny_dir, tiny_bert, token
 # --------------------------------------------------------------------------- (d) bad input
 
 
-def test_probe_bad_input(accelerator, tiny_bert, tokenizer, texts, monkeypatch):
-    def probe(**kwargs):
-        args = dict(model=tiny_bert, tokenizer=tokenizer, texts=texts, n=N, accelerator=accelerator)
-        args.update(kwargs)
-        return data_parallel_hidden_means(**args)
-
-    with pytest.raises(ValueError, match="n must be an integer"):
-        probe(n=0)
-    with pytest.raises(ValueError, match=r"n must be an integer in \[1, 64\].*max_position_embeddings=64"):
-        probe(n=65)
-    with pytest.raises(ValueError, match="batch_size"):
-        probe(batch_size=0)
-    with pytest.raises(ValueError, match="centre"):
-        probe(centre="local")
-    with pytest.raises(ValueError, match="texts is empty"):
-        probe(texts=[])
+def test_bad_input(accelerator, tiny_dir, tiny_bert, tokenizer, texts, data, tmp_path, monkeypatch):
+    """What the data-parallel paths check themselves (the rest is the single-process functions' checks)."""
     with pytest.raises(ValueError, match="pass its tokenizer"):
-        probe(tokenizer=None)
+        data_parallel_hidden_means(tiny_bert, None, texts, N, accelerator=accelerator)
     with pytest.raises(TypeError, match="accelerate.Accelerator"):
-        probe(accelerator="cuda")
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match=r"WORLD_SIZE=2.*Accelerator\(cpu=True\)"):
-        probe()
+        data_parallel_hidden_means(tiny_bert, tokenizer, texts, N, accelerator="cuda")
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        data_parallel_finetune(tiny_dir, *data[0], *data[1], config(4, checkpoint_dir=str(tmp_path)),
+                               accelerator=accelerator)
     with pytest.raises(ValueError, match="rank"):
         batch_share([3, 4], 1, rank=2, processes=2)
-
-
-def test_finetune_bad_input(accelerator, tiny_dir, data, tmp_path):
-    (texts_train, y_train), (texts_eval, y_eval) = data
-    args = (texts_train, y_train, texts_eval, y_eval)
-    with pytest.raises(ValueError, match="checkpoint_dir"):
-        data_parallel_finetune(tiny_dir, *args, config(4, checkpoint_dir=str(tmp_path)), accelerator=accelerator)
-    with pytest.raises(ValueError, match="texts_train is empty"):
-        data_parallel_finetune(tiny_dir, [], [], texts_eval, y_eval, config(4), accelerator=accelerator)
-    with pytest.raises(ValueError, match="max_len=65"):
-        data_parallel_finetune(tiny_dir, *args, config(4), max_len=65, accelerator=accelerator)
-    with pytest.raises(ValueError, match="one label per text"):
-        data_parallel_finetune(tiny_dir, texts_train, [1, 0], texts_eval, y_eval, config(4), accelerator=accelerator)
-    with pytest.raises(TypeError, match="TrainConfig"):
-        data_parallel_finetune(tiny_dir, *args, {"steps": 2}, accelerator=accelerator)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match=r"WORLD_SIZE=2.*Accelerator\(cpu=True\)"):
+        data_parallel_hidden_means(tiny_bert, tokenizer, texts, N, accelerator=accelerator)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["probe", "--texts", "{file}", "--positions", "0", "--out", "{out}"], "--positions: n must be an integer in [1, 64], got n=0"),
     (["probe", "--texts", "{file}", "--positions", "65", "--out", "{out}"], "--positions: n must be an integer in [1, 64]"),
     (["probe", "--positions", "4", "--out", "{out}"], "exactly one of --dataset"),
     (["probe", "--texts", "{missing}", "--positions", "4", "--out", "{out}"], "is not a file"),

@@ -72,10 +72,6 @@ def cluster():
         yield c
 
 
-def test_train_one_is_defined_in_main():
-    assert train_one.__module__ == "__main__"  # as in a notebook: no module to import it from
-
-
 def test_serial_and_two_dask_workers_give_identical_numbers(serial_results):
     """The default Dask path (a LocalCluster of 2 single-threaded workers): bitwise the same."""
     distributed = run_sweep(train_one, grid(), executor="dask", workers=2)

@@ -118,9 +118,8 @@ def data_parallel_hidden_means(
     n, batch_size = check_probe(model, n, batch_size, centre)
     lengths = token_lengths(tokenizer, texts, n, special_tokens)
     share = batch_share(lengths, batch_size, accelerator.process_index, processes)
-    batches = [
-        [texts[i] for i in share[s : s + batch_size]] for s in range(0, len(share), batch_size)
-    ]
+    starts = range(0, len(share), batch_size)
+    batches = [[texts[i] for i in share[s : s + batch_size]] for s in starts]
     sums, counts = layer_sums(model.to(device), tokenizer, batches, n, special_tokens, device)
     if processes > 1:
         sums, counts = _all_sum(accelerator, sums, counts, n)
@@ -181,10 +180,8 @@ def _train(setup: FinetuneSetup, config: TrainConfig, accelerator: Any) -> tuple
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = optimiser(params, lr=config.lr, weight_decay=config.weight_decay)
     generator, batch = torch.Generator().manual_seed(config.seed), config.batch_size * processes
-    draws = [
-        torch.randint(len(setup.X_train), (batch,), generator=generator)
-        for _ in range(config.steps)
-    ]
+    size = len(setup.X_train)
+    draws = [torch.randint(size, (batch,), generator=generator) for _ in range(config.steps)]
     data = Subset(TensorDataset(setup.X_train, setup.y_train), torch.cat(draws).tolist())
     loader = DataLoader(data, batch_size=batch if accelerator.split_batches else config.batch_size)
     wrapped, optimizer, loader = accelerator.prepare(model, optimizer, loader)
@@ -238,12 +235,9 @@ def data_parallel_finetune(
 
     if getattr(config, "checkpoint_dir", None) is not None:
         raise ValueError("data_parallel_finetune does not checkpoint: pass checkpoint_dir=None")
-    options = dict(
-        max_len=max_len, record_every=record_every, n_record=n_record, num_classes=num_classes
-    )
-    setup = prepare_finetune(
-        model_name, texts_train, y_train, texts_eval, y_eval, config, **options
-    )
+    options = dict(max_len=max_len, record_every=record_every, n_record=n_record)
+    data = (texts_train, y_train, texts_eval, y_eval)
+    setup = prepare_finetune(model_name, *data, config, num_classes=num_classes, **options)
     device = select_device(setup.config.device)
     cpu, bf16 = device.type == "cpu", amp_enabled(setup.config.amp, device)
     accelerator = _get_accelerator(accelerator, cpu, bf16)

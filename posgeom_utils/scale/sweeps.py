@@ -115,9 +115,9 @@ def start_local_cluster(workers: int | None = None, runs: int | None = None) -> 
     environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     # an earlier cluster may have left distributed's value in os.environ: hide it while they start
     inherited = os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+    worker = {"nthreads": 1, "silence_logs": logging.WARN}
     specs = {
-        f"worker-{k}": {"cls": Nanny, "options": {"nthreads": 1, "env": e}}
-        for k, e in enumerate(envs)
+        f"worker-{k}": {"cls": Nanny, "options": {**worker, "env": e}} for k, e in enumerate(envs)
     }
     options = {"host": "127.0.0.1", "dashboard": False, "dashboard_address": ":0"}
     scheduler = {"cls": Scheduler, "options": options}
