@@ -17,8 +17,10 @@ N = 12
 @pytest.fixture(scope="module")
 def texts():
     rng = random.Random(0)
-    words = ("the a cat dog sat on mat quickly running blue house river mountain under over "
-             "because although extraordinary tokenization of and").split()
+    words = (
+        "the a cat dog sat on mat quickly running blue house river mountain under over "
+        "because although extraordinary tokenization of and"
+    ).split()
     return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 14))) for _ in range(20)]
 
 
@@ -41,7 +43,11 @@ def brute_force(model, tokenizer, texts, n):
                 token_sum = token_sum + h[:, i]
                 tokens += 1
     keep = counts > 0
-    return sums[:, keep] / counts[keep][None, :, None], counts[keep].astype(np.int64), token_sum / tokens
+    return (
+        sums[:, keep] / counts[keep][None, :, None],
+        counts[keep].astype(np.int64),
+        token_sum / tokens,
+    )
 
 
 @pytest.mark.parametrize("n", [N, 64])  # 64: positions no text reaches are dropped
@@ -55,8 +61,10 @@ def test_matches_brute_force(tiny_bert, tokenizer, texts, n):
 
 
 def test_batch_size_does_not_change_result(tiny_bert, tokenizer, texts):
-    results = [positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=b, device="cpu")
-               for b in (1, 3, 64)]
+    results = [
+        positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=b, device="cpu")
+        for b in (1, 3, 64)
+    ]
     for r in results[1:]:
         np.testing.assert_array_equal(r.counts, results[0].counts)
         np.testing.assert_allclose(r.means, results[0].means, atol=1e-5, rtol=0)
@@ -64,7 +72,9 @@ def test_batch_size_does_not_change_result(tiny_bert, tokenizer, texts):
 
 def test_global_centre_subtracts_the_mean_over_all_tokens(tiny_bert, tokenizer, texts):
     """centre='global' against the brute force: position means minus the mean hidden state over all tokens."""
-    centred = positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu", centre="global")
+    centred = positional_hidden_means(
+        tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu", centre="global"
+    )
     expected, counts, token_mean = brute_force(tiny_bert, tokenizer, texts, N)
     expected = expected - token_mean[:, None, :]
     assert centred.centre == "global"
@@ -74,7 +84,9 @@ def test_global_centre_subtracts_the_mean_over_all_tokens(tiny_bert, tokenizer, 
 
 
 def test_bad_inputs(tiny_bert, tokenizer, texts):
-    with pytest.raises(ValueError, match=r"n must be an integer in \[1, 64\].*max_position_embeddings=64"):
+    with pytest.raises(
+        ValueError, match=r"n must be an integer in \[1, 64\].*max_position_embeddings=64"
+    ):
         positional_hidden_means(tiny_bert, tokenizer, texts, 65, device="cpu")
     with pytest.raises(ValueError, match="texts"):
         positional_hidden_means(tiny_bert, tokenizer, [], N, device="cpu")
