@@ -98,7 +98,8 @@ class PretrainedClassifier(nn.Module):
 
 def encode_texts(texts: Sequence[str], tokenizer: Any, max_len: int) -> tuple[torch.Tensor, ...]:
     """Token ids and attention mask (``LongTensor``, n x max_len) of ``texts``: special tokens kept,
-    truncated and right-padded to ``max_len``. Chapter: *Do distinct positions get distinct vectors?*.
+    truncated and right-padded to ``max_len``.
+    Chapter: *Do distinct positions get distinct vectors?*.
     """
     texts, max_len = check_texts(texts), integer(max_len, "max_len", 2)
     if getattr(tokenizer, "pad_token_id", None) is None:

@@ -2,8 +2,8 @@
 
 Chapter: *Positions layer by layer*. For every layer ``l`` (``0`` = the embeddings output, then one
 per transformer block) and position ``i``, ``means[l, i]`` is the average hidden state at position
-``i`` over the sequences that reach it (padding is never counted). Texts run in length-sorted batches
-(each padded only to its own longest text) under ``torch.inference_mode``; only float64 running sums
+``i`` over the sequences that reach it (padding is never counted). Texts run in length-sorted
+batches (each padded only to its own longest text) under ``torch.inference_mode``; only float64 sums
 ``(layers + 1, n, d)`` and counts ``(n,)`` are kept, so memory does not grow with the corpus.
 """
 
@@ -124,8 +124,9 @@ def positional_hidden_means(
 ) -> LayerMeans:
     """Average the hidden states of ``model`` at positions ``0..n-1`` over ``texts``, every layer.
 
-    Texts are truncated to ``n`` tokens; positions no sequence reaches are dropped. ``centre="global"``
-    subtracts each layer's count-weighted mean over positions. Chapter: *Positions layer by layer*.
+    Texts are truncated to ``n`` tokens; positions no sequence reaches are dropped.
+    ``centre="global"`` subtracts each layer's count-weighted mean over positions.
+    Chapter: *Positions layer by layer*.
     """
     n, batch_size = check_probe(model, n, batch_size, centre)
     texts = check_texts(texts)
@@ -212,7 +213,8 @@ def merge_layer_means(
     parts: Sequence[LayerMeans], weights: Sequence[int] | None = None
 ) -> LayerMeans:
     """The count-weighted means over all ``parts`` (uncentred), each counted ``weights[g]`` times
-    (default once), on every position some counted part reaches. Chapter: *Positions layer by layer*.
+    (default once), on every position some counted part reaches.
+    Chapter: *Positions layer by layer*.
     """
     sums, counts = _stacked_sums(parts)
     w = np.ones(len(parts), dtype=np.int64) if weights is None else np.asarray(weights)

@@ -351,31 +351,11 @@ def test_one_process_finetune_is_finetune(accelerator, single_finetune, tiny_dir
         np.testing.assert_array_equal(a, b)
 
 
-def test_command_line_probe_and_finetune(
-    accelerator, tiny_dir, tiny_bert, tokenizer, texts, data, tmp_path, capsys
-):
-    file = tmp_path / "texts.txt"
+def test_command_line_probe(accelerator, tiny_dir, tiny_bert, tokenizer, texts, tmp_path):
+    file, out = tmp_path / "texts.txt", tmp_path / "out" / "means.npz"
     file.write_text("\n".join(texts) + "\n")
-    out = tmp_path / "out" / "means.npz"
-    assert (
-        main(
-            [
-                "probe",
-                "--model",
-                str(tiny_dir),
-                "--texts",
-                str(file),
-                "--positions",
-                str(N),
-                "--batch-size",
-                "4",
-                "--out",
-                str(out),
-            ],
-            accelerator=accelerator,
-        )
-        == 0
-    )
+    argv = f"probe --model {tiny_dir} --texts {file} --positions {N} --batch-size 4 --out {out}"
+    assert main(argv.split(), accelerator=accelerator) == 0
     expected = positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu")
     with np.load(out) as saved:
         np.testing.assert_array_equal(saved["means"], expected.means)
@@ -385,39 +365,15 @@ def test_command_line_probe_and_finetune(
     assert provenance["processes"] == 1 and provenance["n"] == N and provenance["device"] == "cpu"
     assert provenance["texts"]["num_texts"] == len(texts) and provenance["model"] == tiny_dir.name
 
-    (texts_train, y_train), (texts_eval, y_eval) = data
-    for name, (t, y) in (("train.tsv", (texts_train, y_train)), ("eval.tsv", (texts_eval, y_eval))):
-        (tmp_path / name).write_text(
-            "sentence\tlabel\n" + "".join(f"{a}\t{b}\n" for a, b in zip(t, y))
-        )
+
+def test_command_line_finetune(accelerator, tiny_dir, data, tmp_path, capsys):
+    for name, (t, y) in zip(("train.tsv", "eval.tsv"), data):
+        rows = "".join(f"{a}\t{b}\n" for a, b in zip(t, y))
+        (tmp_path / name).write_text("sentence\tlabel\n" + rows)
     result = tmp_path / "ft.json"
-    assert (
-        main(
-            [
-                "finetune",
-                "--model",
-                str(tiny_dir),
-                "--texts",
-                str(tmp_path / "train.tsv"),
-                "--eval-texts",
-                str(tmp_path / "eval.tsv"),
-                "--steps",
-                "4",
-                "--eval-every",
-                "2",
-                "--batch-size",
-                "8",
-                "--max-len",
-                str(MAX_LEN),
-                "--lr",
-                "1e-3",
-                "--out",
-                str(result),
-            ],
-            accelerator=accelerator,
-        )
-        == 0
-    )
+    argv = f"finetune --model {tiny_dir} --texts {tmp_path / 'train.tsv'} --eval-texts "
+    argv += f"{tmp_path / 'eval.tsv'} --steps 4 --eval-every 2 --batch-size 8 --max-len {MAX_LEN} "
+    assert main((argv + f"--lr 1e-3 --out {result}").split(), accelerator=accelerator) == 0
     saved = json.loads(result.read_text())
     assert saved["history"]["step"] == [2, 4] and saved["provenance"]["global_batch"] == 8
     with np.load(result.with_suffix(".npz")) as tables:

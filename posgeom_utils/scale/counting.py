@@ -46,8 +46,8 @@ class ShardError(RuntimeError):
 
 @dataclass(frozen=True)
 class Shard:
-    """One part of a corpus: a ``"text"``, ``"jsonl"`` or ``"tsv"`` file at ``source``, or (``"hf"``)
-    shard ``index`` of ``num_shards`` of the Hugging Face dataset ``source`` in streaming mode.
+    """One part of a corpus: a ``"text"``, ``"jsonl"`` or ``"tsv"`` file at ``source``, or
+    (``"hf"``) shard ``index`` of ``num_shards`` of the Hugging Face dataset ``source``, streamed.
     ``text_field`` names the text column. Chapter: *Beyond one machine*."""
 
     source: str

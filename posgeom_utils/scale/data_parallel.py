@@ -222,8 +222,8 @@ def data_parallel_finetune(
     as it does, the same on every process.
 
     ``accelerator`` is created if None (CPU when ``config.device`` is, bf16 autocast where
-    :func:`~posgeom_utils.training.amp_enabled` says so). ``config.batch_size`` is per process: ``P``
-    processes with batch ``B / P`` follow the single-process run with batch ``B`` to float rounding
+    :func:`~posgeom_utils.training.amp_enabled` says so). ``config.batch_size`` is per process:
+    ``P`` processes with batch ``B / P`` follow the single-process run with batch ``B`` to rounding
     (with dropout, in distribution: each process draws its own masks); one process gives exactly
     ``finetune``. ``config.checkpoint_dir`` is not supported. Chapter: *Beyond one machine*.
     """
@@ -368,7 +368,7 @@ def _finetune(args: argparse.Namespace, accelerator: Any) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m posgeom_utils.scale.data_parallel",
-        description="Data-parallel per-layer probes and fine-tuning (chapter 'Beyond one machine'). "
+        description="Data-parallel per-layer probes and fine-tuning ('Beyond one machine'). "
         "Run under `accelerate launch` or `torchrun` for several processes; `python -m` runs one.",
     )
     commands = parser.add_subparsers(dest="command", required=True)

@@ -4,9 +4,9 @@ this subpackage.
 Chapter: *Beyond one machine*. :func:`run_sweep` calls a run function for every configuration (a
 dict with a unique ``"name"``), here or on Dask workers, and returns the results in the order of the
 configurations. They are identical whichever executor ran them: every run seeds itself from its
-configuration, runs on one thread (:func:`single_threaded`) and its result goes through the same JSON
-round trip. With ``directory`` each finished run is stored as ``<directory>/<name>.json`` with a hash
-of its configuration, so an interrupted sweep resumes and a changed configuration is run again.
+configuration, runs on one thread (:func:`single_threaded`) and its result goes through the same
+JSON round trip. With ``directory`` each finished run is stored as ``<directory>/<name>.json`` with
+a hash of its configuration, so an interrupted sweep resumes and a changed configuration reruns.
 """
 
 from __future__ import annotations
