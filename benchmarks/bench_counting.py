@@ -59,7 +59,9 @@ def write_shards(data_dir: Path, folder: Path, shards: int) -> list[str]:
     texts = []
     for split in ("train", "test"):
         with gzip.open(data_dir / "imdb" / f"{split}.jsonl.gz", "rt", encoding="utf-8") as fh:
-            texts += [" ".join(json.loads(line)["text"].replace("<br />", " ").split()) for line in fh]
+            texts += [
+                " ".join(json.loads(line)["text"].replace("<br />", " ").split()) for line in fh
+            ]
     paths = []
     for k in range(shards):
         path = folder / f"imdb-{k:03d}.txt"
@@ -69,9 +71,15 @@ def write_shards(data_dir: Path, folder: Path, shards: int) -> list[str]:
 
 
 def same(a, b) -> bool:
-    return (a.counts.shape == b.counts.shape and all(
-        np.array_equal(getattr(a.counts, f), getattr(b.counts, f)) for f in ("data", "indices", "indptr"))
-        and np.array_equal(a.support, b.support) and np.array_equal(a.length_hist, b.length_hist))
+    return (
+        a.counts.shape == b.counts.shape
+        and all(
+            np.array_equal(getattr(a.counts, f), getattr(b.counts, f))
+            for f in ("data", "indices", "indptr")
+        )
+        and np.array_equal(a.support, b.support)
+        and np.array_equal(a.length_hist, b.length_hist)
+    )
 
 
 def tokens_of(result) -> int:
@@ -99,12 +107,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shards", type=int, default=16, help="number of shard files (default 16)")
     parser.add_argument("--n", type=int, default=512, help="positions counted (default 512)")
-    parser.add_argument("--repeats", type=int, default=2, help="timings per configuration (best kept)")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="timings per configuration (best kept)"
+    )
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = parser.parse_args()
     data_dir = Path(os.environ.get(DATA_ENV, "")).expanduser()
     if not (data_dir / "imdb" / "train.jsonl.gz").is_file():
-        parser.error(f"set {DATA_ENV} to a folder laid out like shared/data (imdb/train.jsonl.gz missing)")
+        parser.error(
+            f"set {DATA_ENV} to a folder laid out like shared/data (imdb/train.jsonl.gz missing)"
+        )
     from distributed import Client
 
     tokenizer = load_tokenizer()
@@ -112,8 +124,9 @@ def main() -> int:
         shards = file_shards(write_shards(data_dir, Path(tmp), args.shards))
         options = dict(n=args.n, cache=False)
 
-        t_single, single = timed(lambda: sharded_marginals(shards, tokenizer, executor="serial", **options),
-                                 args.repeats)
+        t_single, single = timed(
+            lambda: sharded_marginals(shards, tokenizer, executor="serial", **options), args.repeats
+        )
         tokens = tokens_of(single)
         rows = {"single": {"seconds": t_single, "tokens_per_s": tokens / t_single}}
         memory = {}
@@ -125,14 +138,22 @@ def main() -> int:
             start = time.perf_counter()
             sharded_marginals(shards[:1], tokenizer, scheduler=client, **options)  # warm-up
             warmup = time.perf_counter() - start
-            seconds, result = timed(lambda: sharded_marginals(shards, tokenizer, scheduler=client, **options),
-                                    args.repeats)
+            seconds, result = timed(
+                lambda: sharded_marginals(shards, tokenizer, scheduler=client, **options),
+                args.repeats,
+            )
             assert same(result, single), "the Dask count differs from the single-process count"
-            rows[f"dask-{workers}"] = {"seconds": seconds, "tokens_per_s": tokens / seconds,
-                                       "startup_s": startup, "warmup_s": warmup,
-                                       "tasks_per_worker": sorted(
-                                           np.unique([s["pid"] for s in result.params["shard_stats"]],
-                                                     return_counts=True)[1].tolist())}
+            rows[f"dask-{workers}"] = {
+                "seconds": seconds,
+                "tokens_per_s": tokens / seconds,
+                "startup_s": startup,
+                "warmup_s": warmup,
+                "tasks_per_worker": sorted(
+                    np.unique([s["pid"] for s in result.params["shard_stats"]], return_counts=True)[
+                        1
+                    ].tolist()
+                ),
+            }
             client.close()
             cluster.close()
         # memory: a fresh 2-worker cluster per corpus size (ru_maxrss is a process-lifetime peak)
@@ -140,37 +161,69 @@ def main() -> int:
             cluster = local_cluster(2)
             client = Client(cluster)
             result = sharded_marginals(part, tokenizer, scheduler=client, **options)
-            memory[label] = {"tokens": tokens_of(result), "peak_rss_mib_per_worker": sorted(peaks(result).values())}
+            memory[label] = {
+                "tokens": tokens_of(result),
+                "peak_rss_mib_per_worker": sorted(peaks(result).values()),
+            }
             client.close()
             cluster.close()
 
     speedup = rows["dask-2"]["tokens_per_s"] / rows["dask-1"]["tokens_per_s"]
     overhead = rows["single"]["tokens_per_s"] / rows["dask-1"]["tokens_per_s"] - 1
-    growth = max(memory["all"]["peak_rss_mib_per_worker"]) - max(memory["quarter"]["peak_rss_mib_per_worker"])
-    print(f"corpus: IMDB train+test, {single.num_sequences:,} texts, {tokens:,} tokens, {len(shards)} shards, "
-          f"n={args.n}, V={single.V}; best of {args.repeats}")
+    growth = max(memory["all"]["peak_rss_mib_per_worker"]) - max(
+        memory["quarter"]["peak_rss_mib_per_worker"]
+    )
+    print(
+        f"corpus: IMDB train+test, {single.num_sequences:,} texts, {tokens:,} tokens, {len(shards)} shards, "
+        f"n={args.n}, V={single.V}; best of {args.repeats}"
+    )
     print(f"{'configuration':<14}{'seconds':>9}{'tokens/s':>12}{'start-up s':>12}{'warm-up s':>11}")
     for name, row in rows.items():
-        print(f"{name:<14}{row['seconds']:>9.2f}{row['tokens_per_s']:>12,.0f}"
-              f"{row.get('startup_s', float('nan')):>12.2f}{row.get('warmup_s', float('nan')):>11.2f}")
+        print(
+            f"{name:<14}{row['seconds']:>9.2f}{row['tokens_per_s']:>12,.0f}"
+            f"{row.get('startup_s', float('nan')):>12.2f}{row.get('warmup_s', float('nan')):>11.2f}"
+        )
     print(f"dask-2 / dask-1 throughput: {speedup:.2f}x (target >= 1.6)")
     print(f"dask-1 overhead over single: {100 * overhead:+.1f}% (target <= 10%)")
     for label, row in memory.items():
-        print(f"peak RSS per worker, {label} of the corpus ({row['tokens']:,} tokens): "
-              f"{', '.join(f'{m:.0f}' for m in row['peak_rss_mib_per_worker'])} MiB")
-    print(f"growth of the largest worker peak from a quarter to all of the corpus: {growth:+.1f} MiB")
+        print(
+            f"peak RSS per worker, {label} of the corpus ({row['tokens']:,} tokens): "
+            f"{', '.join(f'{m:.0f}' for m in row['peak_rss_mib_per_worker'])} MiB"
+        )
+    print(
+        f"growth of the largest worker peak from a quarter to all of the corpus: {growth:+.1f} MiB"
+    )
     if args.json:
-        out = {"benchmark": "bench_counting.py", "date": time.strftime("%Y-%m-%d"),
-               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                           "python": platform.python_version()},
-               "corpus": {"name": "imdb train+test", "texts": single.num_sequences, "tokens": tokens,
-                          "shards": len(shards)},
-               "n": args.n, "V": single.V, "repeats": args.repeats, "configurations": rows,
-               "speedup_2_over_1": speedup, "overhead_1_over_single": overhead,
-               "memory": memory, "memory_growth_mib": growth,
-               "counts_nnz": int(single.counts.nnz),
-               "counts_mib": (single.counts.data.nbytes + single.counts.indices.nbytes
-                              + single.counts.indptr.nbytes) / 2**20}
+        out = {
+            "benchmark": "bench_counting.py",
+            "date": time.strftime("%Y-%m-%d"),
+            "machine": {
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+            },
+            "corpus": {
+                "name": "imdb train+test",
+                "texts": single.num_sequences,
+                "tokens": tokens,
+                "shards": len(shards),
+            },
+            "n": args.n,
+            "V": single.V,
+            "repeats": args.repeats,
+            "configurations": rows,
+            "speedup_2_over_1": speedup,
+            "overhead_1_over_single": overhead,
+            "memory": memory,
+            "memory_growth_mib": growth,
+            "counts_nnz": int(single.counts.nnz),
+            "counts_mib": (
+                single.counts.data.nbytes
+                + single.counts.indices.nbytes
+                + single.counts.indptr.nbytes
+            )
+            / 2**20,
+        }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     return 0

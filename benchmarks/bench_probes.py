@@ -67,6 +67,7 @@ DEFAULT_N = {"sst2": 64, "imdb": 256}
 
 # --------------------------------------------------------------------------- workloads
 
+
 def enc_kwargs(n: int) -> dict[str, Any]:
     """The tokenizer options ``positional_hidden_means`` uses (special tokens on, truncation to n)."""
     return dict(add_special_tokens=True, truncation=True, max_length=n)
@@ -76,14 +77,26 @@ def length_order(tokenizer: Any, texts: Sequence[str], n: int) -> np.ndarray:
     """The probe's bucketing: tokenized (truncated) length of every text, stable argsort."""
     kw = enc_kwargs(n)
     lengths = np.fromiter(
-        (len(ids) for start in range(0, len(texts), 1024)
-         for ids in tokenizer(list(texts[start : start + 1024]), **kw)["input_ids"]),
-        dtype=np.int64, count=len(texts))
+        (
+            len(ids)
+            for start in range(0, len(texts), 1024)
+            for ids in tokenizer(list(texts[start : start + 1024]), **kw)["input_ids"]
+        ),
+        dtype=np.int64,
+        count=len(texts),
+    )
     return np.argsort(lengths, kind="stable")
 
 
-def run_bare(model: Any, tokenizer: Any, texts: Sequence[str], order: np.ndarray, n: int, batch_size: int,
-             dev: torch.device) -> tuple[int, int]:
+def run_bare(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    order: np.ndarray,
+    n: int,
+    batch_size: int,
+    dev: torch.device,
+) -> tuple[int, int]:
     """The forward pass alone over the probe's batches; returns (real tokens, padded tokens)."""
     kw = enc_kwargs(n)
     real = padded = 0
@@ -101,13 +114,18 @@ def run_bare(model: Any, tokenizer: Any, texts: Sequence[str], order: np.ndarray
     return real, padded
 
 
-def run_probe(model: Any, tokenizer: Any, texts: Sequence[str], n: int, batch_size: int, device: str) -> int:
+def run_probe(
+    model: Any, tokenizer: Any, texts: Sequence[str], n: int, batch_size: int, device: str
+) -> int:
     """``positional_hidden_means``; returns the number of tokens it counted."""
-    result = positional_hidden_means(model, tokenizer, texts, n, batch_size=batch_size, device=device)
+    result = positional_hidden_means(
+        model, tokenizer, texts, n, batch_size=batch_size, device=device
+    )
     return int(result.counts.sum())
 
 
 # --------------------------------------------------------------------------- timing and report
+
 
 @dataclass
 class Timing:
@@ -127,9 +145,15 @@ class Timing:
         return self.median > NOISY_SPREAD * self.best
 
     def as_dict(self, tokens: int) -> dict[str, Any]:
-        return {"label": self.label, "seconds": self.seconds, "best_s": self.best, "median_s": self.median,
-                "tokens_per_s_best": tokens / self.best, "tokens_per_s_median": tokens / self.median,
-                "noisy": self.noisy}
+        return {
+            "label": self.label,
+            "seconds": self.seconds,
+            "best_s": self.best,
+            "median_s": self.median,
+            "tokens_per_s_best": tokens / self.best,
+            "tokens_per_s_median": tokens / self.median,
+            "noisy": self.noisy,
+        }
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -147,17 +171,28 @@ def cpu_pressure() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset", choices=sorted(DEFAULT_N), default="sst2", help="train split of this corpus")
-    p.add_argument("--texts", type=int, default=2000, help="seeded sample size of the corpus (0 = all of it)")
-    p.add_argument("--n", type=int, default=None, help="positions (default: 64 for sst2, 256 for imdb)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument(
+        "--dataset", choices=sorted(DEFAULT_N), default="sst2", help="train split of this corpus"
+    )
+    p.add_argument(
+        "--texts", type=int, default=2000, help="seeded sample size of the corpus (0 = all of it)"
+    )
+    p.add_argument(
+        "--n", type=int, default=None, help="positions (default: 64 for sst2, 256 for imdb)"
+    )
     p.add_argument("--batch-size", type=int, default=64, help="batch size of both variants")
-    p.add_argument("--repeats", type=int, default=5, help="interleaved timed rounds (best and median reported)")
+    p.add_argument(
+        "--repeats", type=int, default=5, help="interleaved timed rounds (best and median reported)"
+    )
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     p.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     p.add_argument("--seed", type=int, default=0, help="seed of the corpus sample")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON")
+    p.add_argument(
+        "--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON"
+    )
     args = p.parse_args(argv)
     n = args.n if args.n is not None else DEFAULT_N[args.dataset]
     if args.repeats < 1 or args.batch_size < 1 or n < 1 or args.texts < 0 or args.threads < 1:
@@ -173,12 +208,18 @@ def main(argv: list[str] | None = None) -> int:
     texts = corpus.texts
     n_params = sum(q.numel() for q in model.parameters())
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads (os.cpu_count={os.cpu_count()}), "
-          f"device {dev}, {platform.python_implementation()} {platform.python_version()}")
-    print(f"model: {model_label(None)}, {model.config.num_hidden_layers} layers, d {model.config.hidden_size}, "
-          f"{n_params:,} parameters")
-    print(f"corpus: {args.dataset}/train, {len(texts)} texts (seed {args.seed}); n {n}, batch {args.batch_size}, "
-          f"{args.repeats} repeats")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads (os.cpu_count={os.cpu_count()}), "
+        f"device {dev}, {platform.python_implementation()} {platform.python_version()}"
+    )
+    print(
+        f"model: {model_label(None)}, {model.config.num_hidden_layers} layers, d {model.config.hidden_size}, "
+        f"{n_params:,} parameters"
+    )
+    print(
+        f"corpus: {args.dataset}/train, {len(texts)} texts (seed {args.seed}); n {n}, batch {args.batch_size}, "
+        f"{args.repeats} repeats"
+    )
     print(f"cpu pressure at start: {cpu_pressure()}")
 
     device = str(dev)
@@ -191,24 +232,36 @@ def main(argv: list[str] | None = None) -> int:
     (real, padded), probe_tokens = bare(), probe()
     lengths()
     if real != probe_tokens:
-        print(f"ERROR: bare processed {real} tokens, probe counted {probe_tokens}: not the same work")
+        print(
+            f"ERROR: bare processed {real} tokens, probe counted {probe_tokens}: not the same work"
+        )
         return 1
 
-    t_bare, t_probe, t_len = Timing("bare forward"), Timing("positional_hidden_means"), Timing("length pass")
+    t_bare, t_probe, t_len = (
+        Timing("bare forward"),
+        Timing("positional_hidden_means"),
+        Timing("length pass"),
+    )
     for r in range(args.repeats):
         pair = [(t_bare, bare), (t_probe, probe)]
-        for timing, fn in (pair if r % 2 == 0 else pair[::-1]):
+        for timing, fn in pair if r % 2 == 0 else pair[::-1]:
             timing.seconds.append(timed(fn)[0])
         t_len.seconds.append(timed(lengths)[0])
-    t_bare_len = Timing("bare + length pass", [b + l for b, l in zip(t_bare.seconds, t_len.seconds)])
+    t_bare_len = Timing(
+        "bare + length pass", [b + l for b, l in zip(t_bare.seconds, t_len.seconds)]
+    )
 
-    print(f"\ntokens: {real:,} real (truncated to n, specials included), {padded:,} with padding "
-          f"({real / padded:.1%} real)")
+    print(
+        f"\ntokens: {real:,} real (truncated to n, specials included), {padded:,} with padding "
+        f"({real / padded:.1%} real)"
+    )
     print(f"  {'':26s} {'best s':>8s} {'median s':>9s} {'tok/s':>9s} {'tok/s':>9s}")
     print(f"  {'':26s} {'':>8s} {'':>9s} {'(best)':>9s} {'(median)':>9s}")
     for t in (t_bare, t_probe, t_len, t_bare_len):
         flag = " (noisy)" if t.noisy else ""
-        print(f"  {t.label:26s} {t.best:8.3f} {t.median:9.3f} {real / t.best:9,.0f} {real / t.median:9,.0f}{flag}")
+        print(
+            f"  {t.label:26s} {t.best:8.3f} {t.median:9.3f} {real / t.best:9,.0f} {real / t.median:9,.0f}{flag}"
+        )
 
     ratio_best = t_bare.best / t_probe.best
     ratio_med = t_bare.median / t_probe.median
@@ -216,23 +269,44 @@ def main(argv: list[str] | None = None) -> int:
     loose_best = t_bare_len.best / t_probe.best
     loose_med = t_bare_len.median / t_probe.median
     met = ratio_best >= TARGET_RATIO and ratio_med >= TARGET_RATIO
-    print(f"\nthroughput ratio probe / bare (= time_bare / time_probe): best {ratio_best:.3f}, median "
-          f"{ratio_med:.3f}, median of per-round ratios {paired:.3f}")
+    print(
+        f"\nthroughput ratio probe / bare (= time_bare / time_probe): best {ratio_best:.3f}, median "
+        f"{ratio_med:.3f}, median of per-round ratios {paired:.3f}"
+    )
     print(f"  against bare + length pass: best {loose_best:.3f}, median {loose_med:.3f}")
     print(f"target: ratio >= {TARGET_RATIO} (best and median) -> {'MET' if met else 'NOT MET'}")
     print(f"cpu pressure at end:   {cpu_pressure()}")
 
     if args.json is not None:
         out = {
-            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "n": n,
-            "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "device": str(dev), "python": platform.python_version(), "parameters": n_params,
-            "num_texts": len(texts), "tokens": real, "padded_tokens": padded,
-            "timings": {k: t.as_dict(real) for k, t in
-                        (("bare", t_bare), ("probe", t_probe), ("lengths", t_len), ("bare_lengths", t_bare_len))},
-            "target_ratio": TARGET_RATIO, "ratio_best": ratio_best, "ratio_median": ratio_med,
-            "ratio_paired_median": paired, "ratio_with_lengths_best": loose_best,
-            "ratio_with_lengths_median": loose_med, "target_met": met, "cpu_pressure": cpu_pressure(),
+            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "n": n,
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(),
+            "device": str(dev),
+            "python": platform.python_version(),
+            "parameters": n_params,
+            "num_texts": len(texts),
+            "tokens": real,
+            "padded_tokens": padded,
+            "timings": {
+                k: t.as_dict(real)
+                for k, t in (
+                    ("bare", t_bare),
+                    ("probe", t_probe),
+                    ("lengths", t_len),
+                    ("bare_lengths", t_bare_len),
+                )
+            },
+            "target_ratio": TARGET_RATIO,
+            "ratio_best": ratio_best,
+            "ratio_median": ratio_med,
+            "ratio_paired_median": paired,
+            "ratio_with_lengths_best": loose_best,
+            "ratio_with_lengths_median": loose_med,
+            "target_met": met,
+            "cpu_pressure": cpu_pressure(),
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2))

@@ -60,8 +60,9 @@ def build_tasks(synthetic_only: bool) -> dict:
         from posgeom_utils import load_corpus, load_tokenizer
         from posgeom_utils.tasks import order_task
 
-        tasks["shuffled"] = order_task(load_corpus("sst2", "train"), load_tokenizer(), max_len=32,
-                                       size=8000, seed=0)
+        tasks["shuffled"] = order_task(
+            load_corpus("sst2", "train"), load_tokenizer(), max_len=32, size=8000, seed=0
+        )
     return tasks
 
 
@@ -69,14 +70,24 @@ def train_run(run: dict) -> dict:
     """One run of the necessity chapter's sweep (its ``train_order_run``)."""
     task = TASKS[run["task"]]
     torch.manual_seed(run["seed"])
-    net = PositionalTransformer(task.vocab_size, d=run["d"], n_heads=4, n_layers=2,
-                                max_len=task.max_len, positional=run["positional"])
-    config = TrainConfig(steps=run["steps"], eval_every=run["steps"], seed=run["seed"],
-                         device="cpu", threads=1)
+    net = PositionalTransformer(
+        task.vocab_size,
+        d=run["d"],
+        n_heads=4,
+        n_layers=2,
+        max_len=task.max_len,
+        positional=run["positional"],
+    )
+    config = TrainConfig(
+        steps=run["steps"], eval_every=run["steps"], seed=run["seed"], device="cpu", threads=1
+    )
     history = train_classifier(net, task.X_train, task.y_train, task.X_eval, task.y_eval, config)
     weights = torch.cat([p.detach().flatten() for p in net.parameters()]).double().sum()
-    return {"accuracy": history.final_accuracy(), "eval_loss": history.eval_loss[-1],
-            "weight_sum": float(weights)}
+    return {
+        "accuracy": history.final_accuracy(),
+        "eval_loss": history.eval_loss[-1],
+        "weight_sum": float(weights),
+    }
 
 
 def cpu_pressure() -> str:
@@ -89,21 +100,41 @@ def cpu_pressure() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2, help="Dask worker processes (default 2)")
-    parser.add_argument("--steps", type=int, default=200, help="training steps per run (default 200)")
+    parser.add_argument(
+        "--steps", type=int, default=200, help="training steps per run (default 200)"
+    )
     parser.add_argument("--seeds", type=int, default=3, help="seeds per mechanism (default 3)")
-    parser.add_argument("--synthetic-only", action="store_true",
-                        help="only the planted task's 15 runs (no corpus needed)")
-    parser.add_argument("--repeats", type=int, default=1, help="rounds of both executors (default 1)")
+    parser.add_argument(
+        "--synthetic-only",
+        action="store_true",
+        help="only the planted task's 15 runs (no corpus needed)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="rounds of both executors (default 1)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the timings as JSON")
     args = parser.parse_args(argv)
 
     from distributed import Client
 
     TASKS.update(build_tasks(args.synthetic_only))
-    configs = [{"name": f"{t}-{p}-seed{s}", "task": t, "positional": p, "seed": s, "d": 32,
-                "steps": args.steps} for t in TASKS for p in POSITIONALS for s in range(args.seeds)]
-    print(f"sweep: {len(configs)} runs ({len(TASKS)} task(s) x {len(POSITIONALS)} mechanisms x "
-          f"{args.seeds} seeds), {args.steps} steps each; {args.workers} Dask workers")
+    configs = [
+        {
+            "name": f"{t}-{p}-seed{s}",
+            "task": t,
+            "positional": p,
+            "seed": s,
+            "d": 32,
+            "steps": args.steps,
+        }
+        for t in TASKS
+        for p in POSITIONALS
+        for s in range(args.seeds)
+    ]
+    print(
+        f"sweep: {len(configs)} runs ({len(TASKS)} task(s) x {len(POSITIONALS)} mechanisms x "
+        f"{args.seeds} seeds), {args.steps} steps each; {args.workers} Dask workers"
+    )
     print(f"cpu pressure before: {cpu_pressure()}")
 
     times: dict[str, list[float]] = {"serial": [], "startup": [], "dask": []}
@@ -120,8 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         times["startup"].append(time.perf_counter() - t0)
         try:
             t0 = time.perf_counter()
-            distributed = run_sweep(train_run, configs, executor="dask",
-                                    scheduler=cluster.scheduler_address, desc="dask")
+            distributed = run_sweep(
+                train_run,
+                configs,
+                executor="dask",
+                scheduler=cluster.scheduler_address,
+                desc="dask",
+            )
             times["dask"].append(time.perf_counter() - t0)
         finally:
             client.close()
@@ -130,14 +166,25 @@ def main(argv: list[str] | None = None) -> int:
 
     best = {k: min(v) for k, v in times.items()}
     median = {k: statistics.median(v) for k, v in times.items()}
-    timings = {"runs": len(configs), "steps": args.steps, "workers": args.workers, "repeats": args.repeats,
-               "best_s": {k: round(v, 2) for k, v in best.items()},
-               "median_s": {k: round(v, 2) for k, v in median.items()},
-               "speedup_sweep": round(best["serial"] / best["dask"], 2),
-               "speedup_with_startup": round(best["serial"] / (best["startup"] + best["dask"]), 2),
-               "identical": identical, "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
-               "benchmark": "bench_sweeps.py"}
-    for key, label in (("serial", "serial sweep"), ("startup", "cluster start-up"), ("dask", "dask sweep")):
+    timings = {
+        "runs": len(configs),
+        "steps": args.steps,
+        "workers": args.workers,
+        "repeats": args.repeats,
+        "best_s": {k: round(v, 2) for k, v in best.items()},
+        "median_s": {k: round(v, 2) for k, v in median.items()},
+        "speedup_sweep": round(best["serial"] / best["dask"], 2),
+        "speedup_with_startup": round(best["serial"] / (best["startup"] + best["dask"]), 2),
+        "identical": identical,
+        "date": time.strftime("%Y-%m-%d"),
+        "cpus": os.cpu_count(),
+        "benchmark": "bench_sweeps.py",
+    }
+    for key, label in (
+        ("serial", "serial sweep"),
+        ("startup", "cluster start-up"),
+        ("dask", "dask sweep"),
+    ):
         print(f"{label + ':':18s} best {best[key]:6.2f} s, median {median[key]:6.2f} s")
     print(f"serial per run: {best['serial'] / len(configs):.2f} s")
     print(f"speed-up (sweep only, best):          {timings['speedup_sweep']:.2f}x")

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import posgeom_utils.scale.counting as counting
+from posgeom_utils.scale import sweeps
 from posgeom_utils.marginals import PositionalMarginals, count_batches, positional_marginals
 from posgeom_utils.scale.counting import (
     Shard,
@@ -29,13 +30,33 @@ from posgeom_utils.scale.counting import (
     sharded_marginals,
 )
 
-WORDS = ["the", "a", "film", "movie", "is", "not", "good", "bad", "unbelievably", "cinematography",
-         "café", "naïve", "123", ",", ".", "!", "it's", "zzyzx"]
+WORDS = [
+    "the",
+    "a",
+    "film",
+    "movie",
+    "is",
+    "not",
+    "good",
+    "bad",
+    "unbelievably",
+    "cinematography",
+    "café",
+    "naïve",
+    "123",
+    ",",
+    ".",
+    "!",
+    "it's",
+    "zzyzx",
+]
 
 
 def _texts(seed: int, num: int, max_words: int = 40) -> list[str]:
     rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, max_words))) for _ in range(num)]
+    return [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, max_words))) for _ in range(num)
+    ]
 
 
 def assert_same_count(a: PositionalMarginals, b: PositionalMarginals) -> None:
@@ -55,7 +76,9 @@ def shard_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("shards")
     (root / "a.txt").write_text("\n".join(_texts(1, 120)) + "\n\n")  # a trailing blank line
     (root / "b.txt.gz").write_bytes(gzip.compress("\n".join(_texts(2, 7)).encode()))
-    (root / "c.jsonl").write_text("".join(json.dumps({"text": t, "label": 0}) + "\n" for t in _texts(3, 60, 80)))
+    (root / "c.jsonl").write_text(
+        "".join(json.dumps({"text": t, "label": 0}) + "\n" for t in _texts(3, 60, 80))
+    )
     (root / "d.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t1\n" for t in _texts(4, 33)))
     (root / "e.txt.bz2").write_bytes(bz2.compress(b""))  # empty
     return root
@@ -85,26 +108,54 @@ def test_file_formats_are_read_as_the_single_process_reader_would(shard_dir):
 
 
 @pytest.mark.parametrize("executor", ["serial", "dask"])
-def test_sharded_count_equals_the_single_process_count_bit_for_bit(shard_dir, tokenizer, client, executor):
+def test_sharded_count_equals_the_single_process_count_bit_for_bit(
+    shard_dir, tokenizer, client, executor
+):
     shards = file_shards(str(shard_dir / "*"))
     assert len(shards) == 5
     reference = positional_marginals(_all_texts(shards), tokenizer, n=48, cache=False)
-    result = sharded_marginals(shards, tokenizer, n=48, executor=executor, scheduler=client, cache=False,
-                               batch_size=16, split_every=2)
+    result = sharded_marginals(
+        shards,
+        tokenizer,
+        n=48,
+        executor=executor,
+        scheduler=client,
+        cache=False,
+        batch_size=16,
+        split_every=2,
+    )
     assert_same_count(result, reference)
     stats = result.params["shard_stats"]
     assert sorted(s["texts"] for s in stats) == [0, 7, 33, 60, 120]
-    assert sum(s["tokens"] for s in stats) == int((np.arange(reference.length_hist.size)
-                                                    * reference.length_hist).sum())
+    assert sum(s["tokens"] for s in stats) == int(
+        (np.arange(reference.length_hist.size) * reference.length_hist).sum()
+    )
 
 
 @pytest.mark.parametrize("view", ["model", "corpus"])
 def test_dask_count_with_end_alignment_and_dropped_specials(shard_dir, tokenizer, client, view):
     shards = file_shards([str(shard_dir / "a.txt"), str(shard_dir / "c.jsonl")])
-    reference = positional_marginals(_all_texts(shards), tokenizer, n=20, special_tokens="drop",
-                                     align="end", min_count=3, cache=False, view=view)
-    result = sharded_marginals(shards, tokenizer, n=20, special_tokens="drop", align="end", min_count=3,
-                               scheduler=client, cache=False, view=view)
+    reference = positional_marginals(
+        _all_texts(shards),
+        tokenizer,
+        n=20,
+        special_tokens="drop",
+        align="end",
+        min_count=3,
+        cache=False,
+        view=view,
+    )
+    result = sharded_marginals(
+        shards,
+        tokenizer,
+        n=20,
+        special_tokens="drop",
+        align="end",
+        min_count=3,
+        scheduler=client,
+        cache=False,
+        view=view,
+    )
     assert_same_count(result, reference)
     assert result.params["view"] == view
 
@@ -146,13 +197,17 @@ def test_merge_refuses_counts_made_differently(tokenizer):
 
 
 @pytest.mark.parametrize("executor", ["serial", "dask"])
-def test_a_failing_shard_is_named_and_nothing_is_kept(tmp_path, tokenizer, client, executor, fresh_cache):
+def test_a_failing_shard_is_named_and_nothing_is_kept(
+    tmp_path, tokenizer, client, executor, fresh_cache
+):
     good = tmp_path / "good.jsonl"
     good.write_text(json.dumps({"text": "a good film"}) + "\n")
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"text": "fine"}) + "\n{not json\n")
     with pytest.raises(ShardError, match="bad.jsonl"):
-        sharded_marginals([str(good), str(bad)], tokenizer, n=8, executor=executor, scheduler=client)
+        sharded_marginals(
+            [str(good), str(bad)], tokenizer, n=8, executor=executor, scheduler=client
+        )
     assert not list(fresh_cache.rglob("*.npz")), "a failed count must not leave a (partial) result"
     missing_field = tmp_path / "other.jsonl"
     missing_field.write_text(json.dumps({"review": "x"}) + "\n")
@@ -160,14 +215,19 @@ def test_a_failing_shard_is_named_and_nothing_is_kept(tmp_path, tokenizer, clien
         sharded_marginals([str(missing_field)], tokenizer, n=8, executor=executor, scheduler=client)
 
 
-def test_cache_key_covers_the_shard_list_and_contents(tmp_path, tokenizer, fresh_cache, monkeypatch):
+def test_cache_key_covers_the_shard_list_and_contents(
+    tmp_path, tokenizer, fresh_cache, monkeypatch
+):
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text("\n".join(_texts(1, 20)))
     b.write_text("\n".join(_texts(2, 20)))
     calls = []
     real = counting.count_shard
-    monkeypatch.setattr(counting, "count_shard", lambda shard, *args, **kw: calls.append(shard.name)
-                        or real(shard, *args, **kw))
+    monkeypatch.setattr(
+        counting,
+        "count_shard",
+        lambda shard, *args, **kw: calls.append(shard.name) or real(shard, *args, **kw),
+    )
     first = sharded_marginals([str(a)], tokenizer, n=16, executor="serial")
     again = sharded_marginals([str(a)], tokenizer, n=16, executor="serial")
     assert calls == [str(a)]  # the second call was a cache hit
@@ -186,7 +246,9 @@ def test_hugging_face_streaming_shards(tmp_path, tokenizer, client):
     files = []
     for k in range(3):
         path = tmp_path / f"part-{k}.jsonl"
-        path.write_text("".join(json.dumps({"text": t}) + "\n" for t in _texts(20 + k, 15 + 10 * k)))
+        path.write_text(
+            "".join(json.dumps({"text": t}) + "\n" for t in _texts(20 + k, 15 + 10 * k))
+        )
         files.append(str(path))
     shards = hub_shards("json", data_files=files)
     assert len(shards) == 3 and {s.num_shards for s in shards} == {3}
@@ -194,7 +256,9 @@ def test_hugging_face_streaming_shards(tmp_path, tokenizer, client):
     texts = [t for f in files for t in shard_texts(Shard(f, "jsonl"))]
     assert sorted(_all_texts(shards)) == sorted(texts)
     reference = positional_marginals(texts, tokenizer, n=32, cache=False)
-    assert_same_count(sharded_marginals(shards, tokenizer, n=32, scheduler=client, cache=False), reference)
+    assert_same_count(
+        sharded_marginals(shards, tokenizer, n=32, scheduler=client, cache=False), reference
+    )
 
 
 def test_bad_input_gets_a_clear_error(tmp_path, tokenizer):
@@ -214,10 +278,6 @@ def test_bad_input_gets_a_clear_error(tmp_path, tokenizer):
         file_shards([str(tmp_path / "nothing-*.txt")])
     with pytest.raises(FileNotFoundError, match="does not exist"):
         sharded_marginals([str(tmp_path / "missing.txt")], tokenizer, n=8, executor="serial")
-    with pytest.raises(ValueError, match="n must be a positive integer"):
-        sharded_marginals([str(empty)], tokenizer, n=0, executor="serial")
-    with pytest.raises(ValueError, match="workers"):
-        counting.local_cluster(0)
     with pytest.raises(TypeError, match="scheduler"):
         sharded_marginals([str(empty)], tokenizer, n=8, scheduler=3, cache=False)
     with pytest.raises(FileNotFoundError, match="data_files"):
@@ -227,6 +287,6 @@ def test_bad_input_gets_a_clear_error(tmp_path, tokenizer):
 def test_unreachable_scheduler_is_a_clear_error(tmp_path, tokenizer, monkeypatch):
     path = tmp_path / "a.txt"
     path.write_text("a film\n")
-    monkeypatch.setattr(counting, "CONNECT_TIMEOUT", "1s")
+    monkeypatch.setattr(sweeps, "CONNECT_TIMEOUT", "1s")
     with pytest.raises(ConnectionError, match="scheduler='tcp://127.0.0.1:9'"):
         sharded_marginals([str(path)], tokenizer, n=8, scheduler="tcp://127.0.0.1:9", cache=False)

@@ -8,7 +8,6 @@ that a fine-tuning step is a deterministic function of its batch) saved with the
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import pickle
@@ -23,15 +22,26 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 accelerate = pytest.importorskip("accelerate")
 
-import posgeom_utils.scale.data_parallel as dp  # noqa: E402
 from posgeom_utils.finetune import finetune  # noqa: E402
-from posgeom_utils.probes import positional_hidden_means  # noqa: E402
+from posgeom_utils.probes import positional_hidden_means, token_lengths  # noqa: E402
 from posgeom_utils.scale.data_parallel import (  # noqa: E402
-    batch_share, data_parallel_finetune, data_parallel_hidden_means, main)
+    batch_share,
+    data_parallel_finetune,
+    data_parallel_hidden_means,
+    main,
+)
 from posgeom_utils.training import TrainConfig  # noqa: E402
 
-TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-            max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+TINY = dict(
+    vocab_size=30522,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
 N, MAX_LEN, B = 12, 8, 16  # positions probed, fine-tuning length, the single-process batch
 #: 2 processes with batch B/2 vs 1 with batch B: float32 gradients summed in another order, amplified a little
 #: by Adam over 10 steps (observed max |dW| ~3e-6, |d loss| ~5e-8); the negative control moves weights ~1e-2
@@ -53,12 +63,26 @@ def launch(fn, args: tuple, nprocs: int = 2, timeout: float = 180.0) -> None:
     from accelerate.utils.launch import PrepareForLaunch
     from torch.multiprocessing import start_processes
 
-    with tempfile.NamedTemporaryFile() as rdv, patch_environment(
-            world_size=nprocs, master_addr="127.0.0.1", accelerate_mixed_precision="no",
-            accelerate_debug_rdv_file=rdv.name, accelerate_use_cpu="yes", gloo_socket_ifname="lo",
-            omp_num_threads=1, tokenizers_parallelism="false"):  # one thread per process: 2 processes on 2 cores, no oversubscription
-        context = start_processes(PrepareForLaunch(fn, debug=True), args=args, nprocs=nprocs,
-                                  start_method="fork", join=False)
+    with (
+        tempfile.NamedTemporaryFile() as rdv,
+        patch_environment(
+            world_size=nprocs,
+            master_addr="127.0.0.1",
+            accelerate_mixed_precision="no",
+            accelerate_debug_rdv_file=rdv.name,
+            accelerate_use_cpu="yes",
+            gloo_socket_ifname="lo",
+            omp_num_threads=1,
+            tokenizers_parallelism="false",
+        ),
+    ):  # one thread per process: 2 processes on 2 cores, no oversubscription
+        context = start_processes(
+            PrepareForLaunch(fn, debug=True),
+            args=args,
+            nprocs=nprocs,
+            start_method="fork",
+            join=False,
+        )
         deadline = time.monotonic() + timeout
         while not context.join(timeout=1.0):
             if time.monotonic() > deadline:
@@ -88,15 +112,19 @@ def tiny_bert(tiny_dir):
 def texts():
     """21 texts: with batch 4 the last of 6 batches is short (it goes to process 1)."""
     rng = random.Random(0)
-    words = ("the a cat dog sat on mat quickly running blue house river mountain under over "
-             "because although extraordinary tokenization of and").split()
+    words = (
+        "the a cat dog sat on mat quickly running blue house river mountain under over "
+        "because although extraordinary tokenization of and"
+    ).split()
     return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 14))) for _ in range(21)]
 
 
 def good_bad(n: int, seed: int) -> tuple[list[str], list[int]]:
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 2, n)
-    return [" ".join(["good" if y else "bad"] * int(rng.integers(1, 5))) for y in labels], labels.tolist()
+    return [
+        " ".join(["good" if y else "bad"] * int(rng.integers(1, 5))) for y in labels
+    ], labels.tolist()
 
 
 @pytest.fixture(scope="module")
@@ -138,14 +166,29 @@ def _worker(tiny_dir, texts, data, out_dir):
     (texts_train, y_train), (texts_eval, y_eval) = data
     result = dict(rank=acc.process_index, processes=acc.num_processes)
     for b in (4, 64):  # 64: one batch in all, process 1 gets no text
-        result[f"probe{b}"] = data_parallel_hidden_means(model, tokenizer, texts, N, batch_size=b, accelerator=acc)
-    result["probe4_global"] = data_parallel_hidden_means(model, tokenizer, texts, N, batch_size=4, centre="global",
-                                                         accelerator=acc)
+        result[f"probe{b}"] = data_parallel_hidden_means(
+            model, tokenizer, texts, N, batch_size=b, accelerator=acc
+        )
+    result["probe4_global"] = data_parallel_hidden_means(
+        model, tokenizer, texts, N, batch_size=4, centre="global", accelerator=acc
+    )
     for b in (B // 2, B):  # B // 2: global batch B; B: global batch 2B (the negative control)
-        m, history, records = data_parallel_finetune(tiny_dir, texts_train, y_train, texts_eval, y_eval, config(b),
-                                                     max_len=MAX_LEN, accelerator=acc)
-        result[f"ft{b}"] = dict(state={k: v.clone() for k, v in m.state_dict().items()}, history=history,
-                                records=records, dropout_seed=m.seed)
+        m, history, records = data_parallel_finetune(
+            tiny_dir,
+            texts_train,
+            y_train,
+            texts_eval,
+            y_eval,
+            config(b),
+            max_len=MAX_LEN,
+            accelerator=acc,
+        )
+        result[f"ft{b}"] = dict(
+            state={k: v.clone() for k, v in m.state_dict().items()},
+            history=history,
+            records=records,
+            dropout_seed=m.seed,
+        )
     with open(os.path.join(out_dir, f"rank{acc.process_index}.pkl"), "wb") as fh:
         pickle.dump(result, fh)
 
@@ -181,20 +224,26 @@ def test_two_process_probe_equals_single_process(two, tiny_bert, tokenizer, text
     """Same batches, same float32 forward passes: only the order of the float64 additions (and the
     means * counts round trip) differs, so the means agree to float64 rounding (observed: 0 to 3e-17)."""
     key = f"probe{b}" + ("_global" if centre == "global" else "")
-    single = positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=b, device="cpu", centre=centre)
+    single = positional_hidden_means(
+        tiny_bert, tokenizer, texts, N, batch_size=b, device="cpu", centre=centre
+    )
     for result in two:
         merged = result[key]
         assert result["processes"] == 2 and merged.params["processes"] == 2
         assert merged.centre == centre and merged.params["num_texts"] == len(texts)
         np.testing.assert_array_equal(merged.counts, single.counts)
         np.testing.assert_allclose(merged.means, single.means, rtol=1e-10, atol=1e-12)
-    np.testing.assert_array_equal(two[0][key].means, two[1][key].means)  # every process returns the same
+    np.testing.assert_array_equal(
+        two[0][key].means, two[1][key].means
+    )  # every process returns the same
 
 
 def test_one_share_alone_is_not_the_result(two, tiny_bert, tokenizer, texts):
     """Negative control: what process 0 probes on its own differs from the reduced result."""
-    share = batch_share(dp._lengths(tokenizer, texts, N, True), 4, 0, 2)
-    alone = positional_hidden_means(tiny_bert, tokenizer, [texts[i] for i in share], N, batch_size=4, device="cpu")
+    share = batch_share(token_lengths(tokenizer, texts, N, True), 4, 0, 2)
+    alone = positional_hidden_means(
+        tiny_bert, tokenizer, [texts[i] for i in share], N, batch_size=4, device="cpu"
+    )
     merged = two[0]["probe4"]
     assert alone.counts.sum() < merged.counts.sum()
     k = min(alone.n, merged.n)
@@ -202,14 +251,18 @@ def test_one_share_alone_is_not_the_result(two, tiny_bert, tokenizer, texts):
 
 
 def test_batch_share_is_a_balanced_partition(tokenizer, texts):
-    lengths = dp._lengths(tokenizer, texts, N, True)
+    lengths = token_lengths(tokenizer, texts, N, True)
     order = np.argsort(lengths, kind="stable")
-    batches = [order[s:s + 4] for s in range(0, len(texts), 4)]
+    batches = [order[s : s + 4] for s in range(0, len(texts), 4)]
     shares = [batch_share(lengths, 4, r, 2) for r in range(2)]
     assert sorted(np.concatenate(shares).tolist()) == list(range(len(texts)))  # disjoint, complete
     np.testing.assert_array_equal(shares[0], np.concatenate(batches[0::2]))
-    np.testing.assert_array_equal(shares[1], np.concatenate(batches[1::2]))  # ends with the short batch
-    assert all(np.all(np.diff(lengths[s]) >= 0) for s in shares)  # probing a share alone keeps its batches
+    np.testing.assert_array_equal(
+        shares[1], np.concatenate(batches[1::2])
+    )  # ends with the short batch
+    assert all(
+        np.all(np.diff(lengths[s]) >= 0) for s in shares
+    )  # probing a share alone keeps its batches
     work = [lengths[s].sum() for s in shares]
     assert max(work) <= 1.5 * min(work)
     assert len(batch_share(lengths, 64, 1, 2)) == 0  # more processes than batches: nothing to do
@@ -224,15 +277,23 @@ def test_two_processes_with_half_batch_follow_the_single_process_run(two, single
     for result in two:
         run = result[f"ft{B // 2}"]
         assert run["history"].step == history.step == [5, 10]
-        np.testing.assert_allclose(run["history"].train_loss, history.train_loss, rtol=0, atol=LOSS_TOL)
-        np.testing.assert_allclose(run["history"].eval_loss, history.eval_loss, rtol=0, atol=LOSS_TOL)
+        np.testing.assert_allclose(
+            run["history"].train_loss, history.train_loss, rtol=0, atol=LOSS_TOL
+        )
+        np.testing.assert_allclose(
+            run["history"].eval_loss, history.eval_loss, rtol=0, atol=LOSS_TOL
+        )
         assert run["history"].eval_accuracy == history.eval_accuracy
         assert max_weight_diff(run["state"], reference) < WEIGHT_TOL
         assert [s for s, _ in run["records"]] == [s for s, _ in records] == [0, 5, 10]
         for (_, table), (_, expected) in zip(run["records"], records):
             np.testing.assert_allclose(table, expected, rtol=0, atol=WEIGHT_TOL)
-    assert max_weight_diff(two[0][f"ft{B // 2}"]["state"], two[1][f"ft{B // 2}"]["state"]) == 0  # in sync
-    assert np.abs(records[-1][1] - records[0][1]).max() > 30 * WEIGHT_TOL  # training moved the weights
+    assert (
+        max_weight_diff(two[0][f"ft{B // 2}"]["state"], two[1][f"ft{B // 2}"]["state"]) == 0
+    )  # in sync
+    assert (
+        np.abs(records[-1][1] - records[0][1]).max() > 30 * WEIGHT_TOL
+    )  # training moved the weights
 
 
 def test_negative_control_global_batch_2B_does_not_match(two, single_finetune):
@@ -252,10 +313,15 @@ def test_each_process_draws_its_own_dropout_masks(two):
 
 
 @pytest.mark.parametrize("centre", ["none", "global"])
-def test_one_process_probe_is_the_single_process_probe(accelerator, tiny_bert, tokenizer, texts, centre):
-    expected = positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu", centre=centre)
-    result = data_parallel_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=4, centre=centre,
-                                        accelerator=accelerator)
+def test_one_process_probe_is_the_single_process_probe(
+    accelerator, tiny_bert, tokenizer, texts, centre
+):
+    expected = positional_hidden_means(
+        tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu", centre=centre
+    )
+    result = data_parallel_hidden_means(
+        tiny_bert, tokenizer, texts, N, batch_size=4, centre=centre, accelerator=accelerator
+    )
     np.testing.assert_array_equal(result.means, expected.means)
     np.testing.assert_array_equal(result.counts, expected.counts)
     assert result.params == dict(expected.params, processes=1)
@@ -263,25 +329,33 @@ def test_one_process_probe_is_the_single_process_probe(accelerator, tiny_bert, t
 
 def test_one_process_finetune_is_finetune(accelerator, single_finetune, tiny_dir, data):
     (texts_train, y_train), (texts_eval, y_eval) = data
-    model, history, records = data_parallel_finetune(tiny_dir, texts_train, y_train, texts_eval, y_eval, config(B),
-                                                     max_len=MAX_LEN, accelerator=accelerator)
+    model, history, records = data_parallel_finetune(
+        tiny_dir,
+        texts_train,
+        y_train,
+        texts_eval,
+        y_eval,
+        config(B),
+        max_len=MAX_LEN,
+        accelerator=accelerator,
+    )
     ref_model, ref_history, ref_records = single_finetune
     reference = ref_model.state_dict()
     state = model.state_dict()
-    assert state.keys() == reference.keys() and all(torch.equal(state[k], reference[k]) for k in state)
+    assert state.keys() == reference.keys() and all(
+        torch.equal(state[k], reference[k]) for k in state
+    )
     assert history == ref_history
     assert [s for s, _ in records] == [s for s, _ in ref_records]
     for (_, a), (_, b) in zip(records, ref_records):
         np.testing.assert_array_equal(a, b)
 
 
-def test_command_line_probe_and_finetune(accelerator, tiny_dir, tiny_bert, tokenizer, texts, data, tmp_path,
-                                         capsys):
-    file = tmp_path / "texts.txt"
+def test_command_line_probe(accelerator, tiny_dir, tiny_bert, tokenizer, texts, tmp_path):
+    file, out = tmp_path / "texts.txt", tmp_path / "out" / "means.npz"
     file.write_text("\n".join(texts) + "\n")
-    out = tmp_path / "out" / "means.npz"
-    assert main(["probe", "--model", str(tiny_dir), "--texts", str(file), "--positions", str(N),
-                 "--batch-size", "4", "--out", str(out)], accelerator=accelerator) == 0
+    argv = f"probe --model {tiny_dir} --texts {file} --positions {N} --batch-size 4 --out {out}"
+    assert main(argv.split(), accelerator=accelerator) == 0
     expected = positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu")
     with np.load(out) as saved:
         np.testing.assert_array_equal(saved["means"], expected.means)
@@ -291,13 +365,15 @@ def test_command_line_probe_and_finetune(accelerator, tiny_dir, tiny_bert, token
     assert provenance["processes"] == 1 and provenance["n"] == N and provenance["device"] == "cpu"
     assert provenance["texts"]["num_texts"] == len(texts) and provenance["model"] == tiny_dir.name
 
-    (texts_train, y_train), (texts_eval, y_eval) = data
-    for name, (t, y) in (("train.tsv", (texts_train, y_train)), ("eval.tsv", (texts_eval, y_eval))):
-        (tmp_path / name).write_text("sentence\tlabel\n" + "".join(f"{a}\t{b}\n" for a, b in zip(t, y)))
+
+def test_command_line_finetune(accelerator, tiny_dir, data, tmp_path, capsys):
+    for name, (t, y) in zip(("train.tsv", "eval.tsv"), data):
+        rows = "".join(f"{a}\t{b}\n" for a, b in zip(t, y))
+        (tmp_path / name).write_text("sentence\tlabel\n" + rows)
     result = tmp_path / "ft.json"
-    assert main(["finetune", "--model", str(tiny_dir), "--texts", str(tmp_path / "train.tsv"), "--eval-texts",
-                 str(tmp_path / "eval.tsv"), "--steps", "4", "--eval-every", "2", "--batch-size", "8",
-                 "--max-len", str(MAX_LEN), "--lr", "1e-3", "--out", str(result)], accelerator=accelerator) == 0
+    argv = f"finetune --model {tiny_dir} --texts {tmp_path / 'train.tsv'} --eval-texts "
+    argv += f"{tmp_path / 'eval.tsv'} --steps 4 --eval-every 2 --batch-size 8 --max-len {MAX_LEN} "
+    assert main((argv + f"--lr 1e-3 --out {result}").split(), accelerator=accelerator) == 0
     saved = json.loads(result.read_text())
     assert saved["history"]["step"] == [2, 4] and saved["provenance"]["global_batch"] == 8
     with np.load(result.with_suffix(".npz")) as tables:
@@ -308,72 +384,47 @@ def test_command_line_probe_and_finetune(accelerator, tiny_dir, tiny_bert, token
 # --------------------------------------------------------------------------- (d) bad input
 
 
-def test_probe_bad_input(accelerator, tiny_bert, tokenizer, texts, monkeypatch):
-    def probe(**kwargs):
-        args = dict(model=tiny_bert, tokenizer=tokenizer, texts=texts, n=N, accelerator=accelerator)
-        args.update(kwargs)
-        return data_parallel_hidden_means(**args)
-
-    with pytest.raises(ValueError, match="n must be a positive integer"):
-        probe(n=0)
-    with pytest.raises(ValueError, match="n=65 exceeds the model's max_position_embeddings=64"):
-        probe(n=65)
-    with pytest.raises(ValueError, match="batch_size"):
-        probe(batch_size=0)
-    with pytest.raises(ValueError, match="centre"):
-        probe(centre="local")
-    with pytest.raises(ValueError, match="texts is empty"):
-        probe(texts=[])
+def test_bad_input(accelerator, tiny_dir, tiny_bert, tokenizer, texts, data, tmp_path, monkeypatch):
+    """What the data-parallel paths check themselves (the rest is the single-process functions' checks)."""
     with pytest.raises(ValueError, match="pass its tokenizer"):
-        probe(tokenizer=None)
+        data_parallel_hidden_means(tiny_bert, None, texts, N, accelerator=accelerator)
     with pytest.raises(TypeError, match="accelerate.Accelerator"):
-        probe(accelerator="cuda")
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match=r"WORLD_SIZE=2.*Accelerator\(cpu=True\)"):
-        probe()
+        data_parallel_hidden_means(tiny_bert, tokenizer, texts, N, accelerator="cuda")
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        data_parallel_finetune(
+            tiny_dir,
+            *data[0],
+            *data[1],
+            config(4, checkpoint_dir=str(tmp_path)),
+            accelerator=accelerator,
+        )
     with pytest.raises(ValueError, match="rank"):
         batch_share([3, 4], 1, rank=2, processes=2)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match=r"WORLD_SIZE=2.*Accelerator\(cpu=True\)"):
+        data_parallel_hidden_means(tiny_bert, tokenizer, texts, N, accelerator=accelerator)
 
 
-def test_finetune_bad_input(accelerator, tiny_dir, data, tmp_path):
-    (texts_train, y_train), (texts_eval, y_eval) = data
-    args = (texts_train, y_train, texts_eval, y_eval)
-    with pytest.raises(ValueError, match="checkpoint_dir"):
-        data_parallel_finetune(tiny_dir, *args, config(4, checkpoint_dir=str(tmp_path)), accelerator=accelerator)
-    with pytest.raises(ValueError, match="texts_train is empty"):
-        data_parallel_finetune(tiny_dir, [], [], texts_eval, y_eval, config(4), accelerator=accelerator)
-    with pytest.raises(ValueError, match="max_len=65"):
-        data_parallel_finetune(tiny_dir, *args, config(4), max_len=65, accelerator=accelerator)
-    with pytest.raises(ValueError, match="one label per text"):
-        data_parallel_finetune(tiny_dir, texts_train, [1, 0], texts_eval, y_eval, config(4), accelerator=accelerator)
-    with pytest.raises(TypeError, match="TrainConfig"):
-        data_parallel_finetune(tiny_dir, *args, {"steps": 2}, accelerator=accelerator)
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["probe", "--texts", "{file}", "--positions", "0", "--out", "{out}"], "--positions must be an integer >= 1"),
-    (["probe", "--texts", "{file}", "--positions", "65", "--out", "{out}"], "--positions 65: n=65 exceeds"),
-    (["probe", "--positions", "4", "--out", "{out}"], "exactly one of --dataset"),
-    (["probe", "--texts", "{missing}", "--positions", "4", "--out", "{out}"], "is not a file"),
-    (["finetune", "--texts", "{file}", "--out", "{out}"], "--texts needs --eval-texts"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["probe", "--texts", "{file}", "--positions", "65", "--out", "{out}"],
+            "--positions: n must be an integer in [1, 64]",
+        ),
+        (["probe", "--positions", "4", "--out", "{out}"], "exactly one of --dataset"),
+        (["probe", "--texts", "{missing}", "--positions", "4", "--out", "{out}"], "is not a file"),
+        (["finetune", "--texts", "{file}", "--out", "{out}"], "--texts needs --eval-texts"),
+    ],
+)
 def test_command_line_bad_input(accelerator, tiny_dir, tmp_path, capsys, argv, message):
     file = tmp_path / "texts.txt"
     file.write_text("a text\n")
     values = dict(file=str(file), out=str(tmp_path / "o.npz"), missing=str(tmp_path / "none.txt"))
     with pytest.raises(SystemExit) as exit_info:
-        main([a.format(**values) for a in argv] + ["--model", str(tiny_dir)], accelerator=accelerator)
+        main(
+            [a.format(**values) for a in argv] + ["--model", str(tiny_dir)], accelerator=accelerator
+        )
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "o.npz").exists()
-
-
-# --------------------------------------------------------------------------- docstrings
-
-
-def test_every_public_function_names_the_chapter():
-    public = [getattr(dp, name) for name in dp.__all__]
-    assert len(public) == 4 and all(inspect.isfunction(f) for f in public)
-    missing = [f.__name__ for f in public if "Chapter: *Beyond one machine*" not in (inspect.getdoc(f) or "")]
-    assert not missing
-    assert all(f.__annotations__.get("return") for f in public)  # type hints, return included

