@@ -288,7 +288,7 @@ def test_usage_errors(two_chapters, tmp_path, on_cpu):
         run_chapters("smoke", out=tmp_path, source_dir=tmp_path / "missing", log=quiet)
     with pytest.raises(RunError, match=">= 1"):
         run_chapters("smoke", out=tmp_path, source_dir=source, cap=0, log=quiet)
-    with pytest.raises(RunError, match="unknown profile"):
+    with pytest.raises(RunError, match="--profile must be one of"):
         run_chapters("huge", out=tmp_path, source_dir=source, log=quiet)
     assert not any(tmp_path.iterdir())  # nothing ran
 

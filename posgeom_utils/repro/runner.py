@@ -23,12 +23,13 @@ import socket
 import subprocess
 import time
 import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
+from unittest.mock import patch
 
+from .. import checks
 from ..cache import read_json, write_json
 from ..models import device_name
 from .profiles import PROFILES, chapter_parameters
@@ -36,37 +37,18 @@ from .results import CHECKPOINT_ENV, RESULTS_ENV
 from .sources import REPO_ROOT, code_hash
 
 #: parameters that size a run; ``cap`` bounds each of them (``None``, "the whole corpus", becomes ``cap``)
-SIZE_PARAMETERS = (
-    "sample_size",
-    "task_size",
-    "train_steps",
-    "finetune_steps",
-    "synthetic_sequences",
-    "planted_sequences",
-    "num_sequences",
-    "other_sample_size",
-    "width_steps",
+SIZE_PARAMETERS = tuple(
+    "sample_size task_size train_steps finetune_steps synthetic_sequences planted_sequences "
+    "num_sequences other_sample_size width_steps".split()
 )
 #: library versions recorded in the provenance (a missing one is recorded as null)
-LIBRARIES = (
-    "numpy",
-    "scipy",
-    "torch",
-    "transformers",
-    "tokenizers",
-    "datasets",
-    "scikit-learn",
-    "papermill",
-    "myst-nb",
+LIBRARIES = tuple(
+    "numpy scipy torch transformers tokenizers datasets scikit-learn papermill myst-nb".split()
 )
 #: provenance fields that must match to skip a chapter, or to resume from its checkpoints
 SKIP_KEYS = ("profile", "requested_parameters", "package_version", "code_hash")
 #: where independent training runs execute: environment variables read by ``scale.sweeps.run_sweep``
-EXECUTION_ENV = {
-    "executor": "POSGEOM_EXECUTOR",
-    "workers": "POSGEOM_WORKERS",
-    "scheduler": "POSGEOM_SCHEDULER",
-}
+EXECUTION_ENV = {name: f"POSGEOM_{name.upper()}" for name in ("executor", "workers", "scheduler")}
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -97,12 +79,12 @@ class RunSummary:
         return not self.failed
 
     def __str__(self) -> str:
-        line = (
-            f"{len(self.ran)} ran, {len(self.skipped)} skipped, {len(self.failed)} failed in "
-            f"{sum(self.seconds.values()):.1f} s; results in {self.out}"
-        )
-        return line + (
+        failed = (
             f" (failed: {', '.join(self.failed)}; see <chapter>/failed.json)" if self.failed else ""
+        )
+        return (
+            f"{len(self.ran)} ran, {len(self.skipped)} skipped, {len(self.failed)} failed in "
+            f"{sum(self.seconds.values()):.1f} s; results in {self.out}{failed}"
         )
 
 
@@ -167,22 +149,21 @@ def requested_parameters(
     return params
 
 
+def _option(option: str, check: Callable[..., Any], value: Any, *args: Any) -> None:
+    """Check a ``posgeom run`` option that was given; a bad value is a :class:`RunError` naming it."""
+    try:
+        if value is not None:
+            check(value, option, *args)
+    except ValueError as exc:
+        raise RunError(option, str(exc)) from None
+
+
 def _check_request(profile: str, cap: Any, executor: Any, workers: Any, scheduler: Any) -> None:
-    if profile not in PROFILES:
-        raise RunError(
-            "--profile", f"unknown profile {profile!r}: choose one of {', '.join(sorted(PROFILES))}"
-        )
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-        raise RunError("--cap", f"must be an integer >= 1, got {cap!r}; pass e.g. --cap 2000")
-    if executor is not None and executor not in ("serial", "dask"):
-        raise RunError("--executor", f"unknown executor {executor!r}: choose serial or dask")
-    if workers is not None and (
-        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
-    ):
-        raise RunError(
-            "--workers", f"must be an integer >= 1, got {workers!r}; pass e.g. --workers 2"
-        )
-    if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
+    _option("--profile", checks.choice, profile, sorted(PROFILES))
+    _option("--cap", checks.integer, cap, 1, None, "pass e.g. --cap 2000")
+    _option("--executor", checks.choice, executor, ("serial", "dask"))
+    _option("--workers", checks.integer, workers, 1, None, "pass e.g. --workers 2")
+    if scheduler is not None and not (isinstance(scheduler, str) and scheduler.strip()):
         raise RunError(
             "--scheduler",
             f"must be a Dask scheduler address such as tcp://127.0.0.1:8786, got {scheduler!r}",
@@ -408,21 +389,6 @@ def _prepare_checkpoints(plan: _Plan, force: bool) -> Path:
     return folder
 
 
-@contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """Set environment variables for the duration of a chapter (the kernel inherits them)."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def _error_record(exc: BaseException) -> dict[str, Any]:
     from papermill.exceptions import PapermillExecutionError
 
@@ -450,7 +416,7 @@ def _execute(plan: _Plan, force: bool, common: dict[str, Any], partial: Path) ->
         CHECKPOINT_ENV: str(_prepare_checkpoints(plan, force).resolve()),
         **{EXECUTION_ENV[k]: str(v) for k, v in common["execution"].items()},
     }
-    with _environment(env):
+    with patch.dict(os.environ, env):
         papermill.execute_notebook(
             plan.notebook,
             str(plan.folder / f"{plan.chapter}.ipynb"),
