@@ -1,9 +1,6 @@
-"""Argument checks shared by the whole package, written once.
-
-Chapter: *Positions in real text* (bad input is refused before any long computation starts). Each check
-returns the value in its canonical type or raises ``ValueError`` naming the parameter, what was given and
-the fix. The science functions call these instead of writing their own ``if ...: raise``.
-"""
+"""Argument checks shared by the whole package, written once: each returns the value in its
+canonical type or raises ``ValueError`` naming the parameter, what was given and the fix, before any
+long computation. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
@@ -17,35 +14,58 @@ import scipy.sparse as sp
 def fail(name: str, expected: str, value: Any, fix: str = "") -> ValueError:
     """The error of a bad argument: ``name must be <expected>, got <value>[: <fix>]``.
     Chapter: *Positions in real text*."""
-    return ValueError(f"{name} must be {expected}, got {name}={value!r}" + (f": {fix}" if fix else ""))
+    return ValueError(
+        f"{name} must be {expected}, got {name}={value!r}" + (f": {fix}" if fix else "")
+    )
 
 
-def integer(value: Any, name: str, minimum: int | None = 1, maximum: int | None = None, fix: str = "") -> int:
+def integer(
+    value: Any, name: str, minimum: int | None = 1, maximum: int | None = None, fix: str = ""
+) -> int:
     """``value`` as an ``int`` in ``[minimum, maximum]`` (booleans and floats are refused).
     Chapter: *Positions in real text*."""
     ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
     ok = ok and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
     if not ok:
-        span = (f"in [{minimum}, {maximum}]" if minimum is not None and maximum is not None
-                else f">= {minimum}" if minimum is not None else f"<= {maximum}" if maximum is not None else "")
-        raise fail(name, f"an integer {span}".rstrip(), value, fix or f"pass e.g. {name}={max(minimum or 0, 1)}")
+        bounds = [f">= {minimum}"] * (minimum is not None) + [f"<= {maximum}"] * (
+            maximum is not None
+        )
+        span = (
+            f" in [{minimum}, {maximum}]" if len(bounds) == 2 else "".join(" " + b for b in bounds)
+        )
+        raise fail(
+            name, f"an integer{span}", value, fix or f"pass e.g. {name}={max(minimum or 0, 1)}"
+        )
     return int(value)
 
 
-def number(value: Any, name: str, low: float | None = None, high: float | None = None, *,
-           low_open: bool = False, high_open: bool = False, fix: str = "") -> float:
-    """``value`` as a finite ``float`` in the interval from ``low`` to ``high`` (open ends where asked).
-    NaN, infinities and booleans are refused. Chapter: *Positions in real text*."""
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+def number(
+    value: Any,
+    name: str,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    fix: str = "",
+) -> float:
+    """``value`` as a finite ``float`` in the interval from ``low`` to ``high`` (open ends where
+    asked). NaN, infinities and booleans are refused. Chapter: *Positions in real text*."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
     ok = ok and math.isfinite(float(value))
     if ok and low is not None:
         ok = value > low if low_open else value >= low
     if ok and high is not None:
         ok = value < high if high_open else value <= high
     if not ok:
-        parts = ([f"{'>' if low_open else '>='} {low:g}"] if low is not None else []) + \
-                ([f"{'<' if high_open else '<='} {high:g}"] if high is not None else [])
-        raise fail(name, "a finite number" + (f" {' and '.join(parts)}" if parts else ""), value, fix)
+        parts = ([f"{'>' if low_open else '>='} {low:g}"] if low is not None else []) + (
+            [f"{'<' if high_open else '<='} {high:g}"] if high is not None else []
+        )
+        raise fail(
+            name, "a finite number" + (f" {' and '.join(parts)}" if parts else ""), value, fix
+        )
     return float(value)
 
 
@@ -69,11 +89,13 @@ def finite_array(X: Any, name: str, ndim: int = 2) -> np.ndarray:
 
 
 def probability_rows(mu: Any, name: str = "mu", atol: float = 1e-8) -> None:
-    """Raise unless ``mu`` (dense or sparse) is an (n, V) array of finite, non-negative rows summing to 1.
-    Chapter: *Positions in real text*."""
+    """Raise unless ``mu`` (dense or sparse) is an (n, V) array of finite, non-negative rows summing
+    to 1. Chapter: *Positions in real text*."""
     shape = getattr(mu, "shape", None)
     if shape is None or len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
-        raise ValueError(f"{name} must be a 2-D (n, V) array of probability rows, got shape {shape}")
+        raise ValueError(
+            f"{name} must be a 2-D (n, V) array of probability rows, got shape {shape}"
+        )
     values = mu.data if sp.issparse(mu) else np.asarray(mu)
     if not np.all(np.isfinite(values)):
         raise ValueError(f"{name} contains NaN or inf: every row must be a probability vector")
@@ -82,8 +104,10 @@ def probability_rows(mu: Any, name: str = "mu", atol: float = 1e-8) -> None:
     sums = np.asarray(mu.sum(axis=1)).ravel()
     bad = np.flatnonzero(np.abs(sums - 1) > atol * max(1, shape[1]) ** 0.5)
     if bad.size:
-        raise ValueError(f"{name} row {bad[0]} sums to {sums[bad[0]]:.6g}, not 1: normalise the rows "
-                         "(PositionalMarginals.mu() does) before computing distances")
+        raise ValueError(
+            f"{name} row {bad[0]} sums to {sums[bad[0]]:.6g}, not 1: normalise the rows "
+            "(PositionalMarginals.mu() does) before computing distances"
+        )
 
 
 def distance_matrix(D: Any, name: str = "D", atol: float = 1e-9) -> np.ndarray:
@@ -100,5 +124,7 @@ def distance_matrix(D: Any, name: str = "D", atol: float = 1e-9) -> np.ndarray:
     if not np.allclose(D, D.T, atol=atol * scale, rtol=0):
         raise ValueError(f"{name} is not symmetric (max |D - D^T| = {np.abs(D - D.T).max():.3g})")
     if np.any(np.abs(np.diag(D)) > atol * scale):
-        raise ValueError(f"{name} has a non-zero diagonal: the distance of a position to itself is 0")
+        raise ValueError(
+            f"{name} has a non-zero diagonal: the distance of a position to itself is 0"
+        )
     return D

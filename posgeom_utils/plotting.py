@@ -1,5 +1,5 @@
-"""One figure style for the whole book (chapter: every chapter's figures go through
-here)."""
+"""One figure style for the whole book. Chapter: *Positions in real text* (and every chapter's
+figures)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 #: the book's palette (colour-blind safe, Okabe-Ito)
-PALETTE = [
-    "#0072B2",
-    "#D55E00",
-    "#009E73",
-    "#CC79A7",
-    "#E69F00",
-    "#56B4E9",
-    "#F0E442",
-    "#000000",
-]
+PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 #: one colour per corpus, the same in every chapter
 CORPUS_COLORS = {"sst2": PALETTE[0], "imdb": PALETTE[1], "synthetic": PALETTE[2]}
-
 STYLE = {
     "figure.dpi": 100,
     "savefig.dpi": 150,
@@ -44,23 +34,15 @@ STYLE = {
 
 
 def use_book_style() -> None:
-    """Apply the book's matplotlib style (idempotent). Chapter: every chapter
-    (its figures)."""
+    """Apply the book's matplotlib style (idempotent). Chapter: *Positions in real text*."""
     mpl.rcParams.update(STYLE)
 
 
 def figure(
-    nrows: int = 1,
-    ncols: int = 1,
-    width: float = 7.0,
-    height: float | None = None,
-    **kwargs: Any,
+    nrows: int = 1, ncols: int = 1, width: float = 7.0, height: float | None = None, **kwargs: Any
 ) -> tuple[plt.Figure, Any]:
-    """A new figure in the book's style; ``height`` defaults to a per-row height of 3.2
-    inches.
-
-    Chapter: every chapter (its figures).
-    """
+    """A new figure in the book's style, 3.2 inches high per row by default.
+    Chapter: *Positions in real text*."""
     use_book_style()
     height = 3.2 * nrows if height is None else height
     return plt.subplots(nrows, ncols, figsize=(width, height), **kwargs)
@@ -77,11 +59,9 @@ def heatmap(
     extent_start: int = 0,
 ) -> Any:
     """An n x n matrix indexed by positions, with a colour bar.
-
-    Chapter: *Positions in real text* (also *Positions layer by layer*).
-    """
+    Chapter: *Positions in real text*."""
     M = np.asarray(M)
-    n = M.shape[0]
+    lo, hi = extent_start - 0.5, extent_start + M.shape[0] - 0.5
     im = ax.imshow(
         M,
         vmin=vmin,
@@ -89,12 +69,7 @@ def heatmap(
         cmap=cmap,
         origin="upper",
         interpolation="nearest",
-        extent=(
-            extent_start - 0.5,
-            extent_start + n - 0.5,
-            extent_start + n - 0.5,
-            extent_start - 0.5,
-        ),
+        extent=(lo, hi, hi, lo),
     )
     ax.grid(False)
     ax.set_xlabel("position j")
