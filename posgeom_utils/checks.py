@@ -1,6 +1,5 @@
-"""Argument checks shared by the whole package, written once: each returns the value in its
-canonical type or raises ``ValueError`` naming the parameter, what was given and the fix, before any
-long computation. Chapter: *Positions in real text*."""
+"""Argument checks written once: each returns the value or raises ``ValueError`` naming the
+parameter, what was given and the fix. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 

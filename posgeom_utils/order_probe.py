@@ -1,5 +1,4 @@
-"""Can a frozen pre-trained encoder tell a sentence from a shuffle of its own words? Each sentence
-appears once, as itself or shuffled; probes with the same seeds are paired.
+"""Can a frozen pre-trained encoder tell a sentence from a shuffle of its own words?
 Chapter: *Why a Transformer needs positions*."""
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ from .tasks import shuffle_within
 
 @dataclass
 class ShufflePairs:
-    """Sentences as token ids ready to be shuffled: ``words`` (N x w, padding -1) and the model's
-    special tokens ``prefix`` and ``suffix`` around them.
+    """Sentences as token ids (padding -1) and the special tokens around them.
     Chapter: *Why a Transformer needs positions*."""
 
     words: np.ndarray
@@ -41,8 +39,7 @@ class ShufflePairs:
         return self.words.shape[1] + len(self.prefix) + len(self.suffix)
 
     def inputs(self, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Model inputs (ids, attention mask), both N x max_len, for word rows shaped like
-        ``self.words``: prefix, the words, suffix, then padding.
+        """Model inputs (ids, attention mask) for word rows shaped like ``self.words``.
         Chapter: *Why a Transformer needs positions*."""
         N, w = words.shape
         lengths = (words >= 0).sum(1)

@@ -17,20 +17,17 @@ STYLE = {
     "figure.dpi": 100,
     "savefig.dpi": 150,
     "figure.figsize": (7.0, 3.6),
-    "figure.constrained_layout.use": True,
-    "axes.prop_cycle": mpl.cycler(color=PALETTE),
+    "image.cmap": "viridis",
+}
+STYLE |= {"figure.constrained_layout.use": True, "axes.prop_cycle": mpl.cycler(color=PALETTE)}
+STYLE |= {
     "axes.spines.top": False,
     "axes.spines.right": False,
     "axes.grid": True,
     "grid.alpha": 0.3,
-    "axes.titlesize": 11,
-    "axes.labelsize": 10,
-    "legend.fontsize": 9,
-    "legend.frameon": False,
-    "xtick.labelsize": 9,
-    "ytick.labelsize": 9,
-    "image.cmap": "viridis",
 }
+STYLE |= {"axes.titlesize": 11, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9}
+STYLE |= {"legend.fontsize": 9, "legend.frameon": False}
 
 
 def use_book_style() -> None:
@@ -62,15 +59,8 @@ def heatmap(
     Chapter: *Positions in real text*."""
     M = np.asarray(M)
     lo, hi = extent_start - 0.5, extent_start + M.shape[0] - 0.5
-    im = ax.imshow(
-        M,
-        vmin=vmin,
-        vmax=vmax,
-        cmap=cmap,
-        origin="upper",
-        interpolation="nearest",
-        extent=(lo, hi, hi, lo),
-    )
+    style = dict(vmin=vmin, vmax=vmax, cmap=cmap, origin="upper", interpolation="nearest")
+    im = ax.imshow(M, extent=(lo, hi, hi, lo), **style)
     ax.grid(False)
     ax.set_xlabel("position j")
     ax.set_ylabel("position i")

@@ -1,5 +1,4 @@
-"""Sampling noise in a corpus's geometry: the split-half noise-corrected Hellinger estimate,
-bootstrap intervals over texts, Student-t intervals over seeds.
+"""Sampling noise: the split-half corrected Hellinger estimate, bootstrap and Student-t intervals.
 Chapter: *Positions in real text*."""
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ class SplitHalfHellinger:
 
 
 def split_half_hellinger(mu_a, mu_b, weight_a: float = 0.5) -> SplitHalfHellinger:
-    """The noise-corrected squared Hellinger distances from the distributions ``mu_a``, ``mu_b`` of
-    two disjoint halves of the texts (``weight_a``: the share of half a).
+    """Noise-corrected squared Hellinger distances from two disjoint halves ``mu_a``, ``mu_b``.
     Chapter: *Positions in real text*."""
     checks.probability_rows(mu_a, "mu_a")
     checks.probability_rows(mu_b, "mu_b")
@@ -134,8 +132,7 @@ def basic_interval(
 def normal_interval(
     values: np.ndarray, estimate: float | np.ndarray, level: float = 0.95
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The normal bootstrap interval ``estimate -+ z sd(values)``: the spread only, centred on the
-    estimate, so a resample shift does not move it.
+    """The normal bootstrap interval ``estimate -+ z sd(values)``, centred on the estimate.
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     from scipy.stats import norm
 
@@ -148,8 +145,7 @@ def normal_interval(
 def t_interval(
     values: Sequence[float], level: float = 0.95, bounds: bool = False
 ) -> tuple[float, ...]:
-    """Mean and half-width of the Student-t ``level`` interval of ``values`` over seeds (NaN
-    half-width for one value); ``bounds=True`` gives (mean, low, high).
+    """Mean and Student-t half-width of ``values`` over seeds (``bounds``: mean, low, high).
     Chapter: *Why a Transformer needs positions*."""
     from scipy import stats
 
@@ -164,8 +160,7 @@ def t_interval(
 
 
 def text_counts_from_ids(ids: np.ndarray, V: int) -> TextCounts:
-    """The per-text counts of equal-length token-id sequences (an N x n array), so the bootstrap
-    over texts runs on a corpus whose true ``mu`` is known.
+    """The per-text counts of equal-length token-id sequences (an N x n array).
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     ids = _check_ids(ids, V)
     N, n = ids.shape
@@ -176,8 +171,7 @@ def text_counts_from_ids(ids: np.ndarray, V: int) -> TextCounts:
 
 
 def plug_in_hellinger(m: PositionalMarginals) -> np.ndarray:
-    """The plug-in Hellinger matrix of the counts ``m`` over the tokens seen, fast enough for a
-    bootstrap: ``hellinger_distances(m.mu())``.
+    """``hellinger_distances(m.mu())`` over the tokens seen only, fast enough for a bootstrap.
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     counts = sp.csr_array(_reached(m).counts, dtype=np.float64)
     used = np.unique(counts.indices)  # the tokens seen at some position
@@ -214,16 +208,9 @@ def bootstrap_numbers(
     values = bootstrap(counts, ordered, replicates, seed)
     estimate = np.array([point[k] for k in keys], dtype=np.float64)
     low, high = normal_interval(values, estimate, level)
-    table = pd.DataFrame(
-        {
-            "estimate": estimate,
-            "low": low,
-            "high": high,
-            "sd": values.std(axis=0, ddof=1),
-            "shift": values.mean(axis=0) - estimate,
-        },
-        index=pd.Index(keys, name="number"),
-    )
+    columns = dict(estimate=estimate, low=low, high=high, sd=values.std(axis=0, ddof=1))
+    columns["shift"] = values.mean(axis=0) - estimate
+    table = pd.DataFrame(columns, index=pd.Index(keys, name="number"))
     return BootstrapNumbers(table, pd.DataFrame(values, columns=keys))
 
 

@@ -1,11 +1,5 @@
-"""Where things live, how chatty the helpers are and how many threads they use: the environment
-variables ``POSGEOM_DATA_DIR`` (the corpora), ``POSGEOM_CACHE_DIR`` (computed results, default
-``~/.cache/posgeom``), ``POSGEOM_PROGRESS`` (``0`` silences progress bars) and
-``POSGEOM_BLAS_THREADS`` (threads of the dense eigendecomposition; default 1, ``0`` or ``default``
-for the BLAS library's own count).
-
-Chapter: *Positions in real text* (every chapter's set-up cell).
-"""
+"""The environment: ``POSGEOM_DATA_DIR``, ``POSGEOM_CACHE_DIR``, ``POSGEOM_PROGRESS`` (``0``: no
+progress bars), ``POSGEOM_BLAS_THREADS``. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
@@ -56,8 +50,7 @@ def hub_offline() -> bool:
 
 
 def blas_thread_limit() -> int | None:
-    """BLAS threads from ``POSGEOM_BLAS_THREADS``: an integer >= 1, ``None`` for the library's
-    default (``0`` or ``default``), :data:`DEFAULT_BLAS_THREADS` when unset.
+    """BLAS threads from ``POSGEOM_BLAS_THREADS`` (``None``: the library's own; default 1).
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     value = os.environ.get(BLAS_THREADS_ENV, "").strip()
     if not value:

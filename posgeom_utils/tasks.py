@@ -87,8 +87,7 @@ def order_task(
     eval_fraction: float = 0.2,
     seed: int = 0,
 ) -> TokenTask:
-    """Original (label 0) or shuffled (label 1)? Each distinct text appears once, shuffled with
-    probability 1/2: only word order can tell.
+    """Original (label 0) or shuffled (label 1)? Only word order can tell.
     Chapter: *Do distinct positions get distinct vectors?*."""
     if not 2 <= min_len <= max_len:
         raise ValueError(f"need 2 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
@@ -128,8 +127,7 @@ def planted_task(
     eval_fraction: float = 0.25,
     seed: int = 0,
 ) -> TokenTask:
-    """Planted markers a and b on a synthetic ``background``: ``precedes`` (label: a before b) or
-    ``contains`` (label: the marker is a); ids shifted by one.
+    """Planted markers a and b on a synthetic background: ``precedes`` or ``contains`` a.
     Chapter: *Why a Transformer needs positions*."""
     checks.choice(task, "task", PLANTED_TASKS)
     L = checks.integer(L, "L", 2, fix="two markers need two positions")
@@ -175,8 +173,7 @@ def masked_task(
 
 
 def presence_task(task: TokenTask, seed: int = 0) -> TokenTask:
-    """An order-insensitive control on the inputs of ``task``: does the input contain the token in
-    about half of them (balanced classes)?
+    """An order-insensitive control on the inputs of ``task``: does the input contain a token?
     Chapter: *Do distinct positions get distinct vectors?*."""
     X_train, X_eval = np.asarray(task.X_train), np.asarray(task.X_eval)
     if X_train.ndim != 2 or len(X_train) < 2 or len(X_eval) < 2:

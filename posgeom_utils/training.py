@@ -61,8 +61,7 @@ class TrainConfig:
 
 
 def amp_enabled(amp: bool | str, device: torch.device | str) -> bool:
-    """Whether a run with ``TrainConfig.amp=amp`` on ``device`` trains under bfloat16 autocast:
-    ``"auto"`` on CUDA only, ``True`` on any device, ``False`` never.
+    """Whether ``amp`` on ``device`` means bfloat16 autocast (``"auto"``: on CUDA only).
     Chapter: *Do distinct positions get distinct vectors?*."""
     checks.choice(amp, "amp", AMP_CHOICES, _AMP_FIX)
     if isinstance(amp, str):  # "auto"
@@ -95,8 +94,7 @@ def _check_pair(X: torch.Tensor, y: torch.Tensor, names: str) -> None:
 def evaluate(
     model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch_size: int = 512
 ) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy of a classifier on (X, y), over the scored targets (``-100``:
-    not scored); the model's train/eval mode is kept.
+    """Mean cross-entropy and accuracy on (X, y) over the scored targets (``-100``: not scored).
     Chapter: *Do distinct positions get distinct vectors?*."""
     _check_pair(X, y, "X and y")
     was_training = model.training
@@ -123,16 +121,9 @@ def _loss(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> tor
 
 
 def _save(path, model, optimizer, step, generator, history, config, running, track) -> None:
-    state = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "step": step,
-        "generator": generator.get_state(),
-        "history": asdict(history),
-        "config": asdict(config),
-        "running": list(running),
-        "track": None if track is None else list(track),
-    }
+    state = dict(model=model.state_dict(), optimizer=optimizer.state_dict(), step=step)
+    state.update(generator=generator.get_state(), history=asdict(history), config=asdict(config))
+    state.update(running=list(running), track=None if track is None else list(track))
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
@@ -146,7 +137,7 @@ def _resume(path, model, optimizer, generator, config, device, track) -> tuple[H
     if changed:
         folder = config.checkpoint_dir
         raise ValueError(
-            f"checkpoint_dir={folder!r} holds a run with different {changed}: use another"
+            f"{folder!r} holds a run with different {changed}: use another checkpoint_dir"
         )
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
@@ -166,9 +157,8 @@ def train_classifier(
     callback: Callable[[int, nn.Module], None] | None = None,
     track: list | None = None,
 ) -> History:
-    """Train ``model`` on seeded batches, evaluating every ``eval_every`` steps and calling
-    ``callback(step, model)`` at step 0 and after each evaluation; ``track`` (the callback's list)
-    is checkpointed with the run, which resumes from ``checkpoint_dir``.
+    """Train on seeded batches; ``callback(step, model)`` at step 0 and each evaluation, its
+    ``track`` checkpointed and resumed with the run.
     Chapter: *Do distinct positions get distinct vectors?*."""
     previous = torch.get_num_threads()
     if config.threads is not None:

@@ -125,8 +125,7 @@ def _check_arguments(positional, task, d, n_heads, max_len, table, rank) -> np.n
 
 
 class PositionalTransformer(nn.Module):
-    """Token embeddings + a positional mechanism + Transformer blocks + a head: ``classify``
-    mean-pools the real tokens, ``mlm`` predicts every token.
+    """Token embeddings + a positional mechanism + Transformer blocks + a ``task`` head.
     Chapter: *Why a Transformer needs positions*."""
 
     def __init__(
@@ -234,11 +233,9 @@ def count_parameters(model: nn.Module) -> int:
 def describe(model: PositionalTransformer) -> dict[str, Any]:
     """A small summary for tables: positional mechanism, its parameters, total parameters.
     Chapter: *How many numbers does a positional encoding need?*."""
-    return {
+    summary = {
         "positional": model.positional,
         "positional parameters": model.positional_parameters(),
-        "parameters": count_parameters(model),
-        "d": model.embed.embedding_dim,
-        "layers": len(model.blocks),
-        "max_len": model.max_len,
     }
+    summary.update({"parameters": count_parameters(model), "d": model.embed.embedding_dim})
+    return {**summary, "layers": len(model.blocks), "max_len": model.max_len}

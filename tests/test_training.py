@@ -153,36 +153,32 @@ def test_resume_after_interrupt_gives_same_weights(data, tmp_path):
     assert saved["step"] == 40 and saved["config"]["steps"] == 40
 
 
-@pytest.fixture(scope="module")
-def killed_and_resumed(data, tmp_path_factory):
-    """Run A: 40 steps uninterrupted (eval every 20, checkpoint every 10). Run B: killed when about to start
-    step 36 (last checkpoint: step 30, last evaluation: step 20), then resumed by a new model instance."""
+def test_resume_after_a_kill_between_evaluations(data, tmp_path):
+    """Killed when about to start step 36 (last checkpoint: step 30, last evaluation: step 20), a run resumed
+    by a new model instance ends with the uninterrupted run's weights, history (the mean training loss over
+    steps 21..40 included) and callback records (``track``, restored from the checkpoint)."""
     X_train, y_train, X_eval, y_eval = data
-    root = tmp_path_factory.mktemp("kill")
-    net_a = model(seed=0)
-    history_a = train_classifier(net_a, X_train, y_train, X_eval, y_eval,
-                                 config(steps=40, eval_every=20, checkpoint_dir=str(root / "a")))
-    dir_b = str(root / "b")
+
+    def run(folder, track):
+        record = lambda step, m: track.append((step, float(sum(p.detach().norm() for p in m.parameters()))))  # noqa: E731
+        cfg = config(steps=40, eval_every=20, checkpoint_dir=str(tmp_path / folder))
+        net = model(seed=0)
+        return net, train_classifier(net, X_train, y_train, X_eval, y_eval, cfg, callback=record, track=track)
+
+    full: list = []
+    net_a, history_a = run("a", full)
     with killed_at(36):
-        train_classifier(model(seed=0), X_train, y_train, X_eval, y_eval,
-                         config(steps=40, eval_every=20, checkpoint_dir=dir_b))
-    step_at_kill = torch.load(root / "b" / "checkpoint.pt", weights_only=False)["step"]
-    net_b = model(seed=0)
-    history_b = train_classifier(net_b, X_train, y_train, X_eval, y_eval,
-                                 config(steps=40, eval_every=20, checkpoint_dir=dir_b))
-    return net_a, history_a, net_b, history_b, step_at_kill
-
-
-def test_resume_after_a_kill_between_evaluations(killed_and_resumed):
-    """A run killed between checkpoints resumes from the last one to the uninterrupted run's weights and
-    history, the mean training loss at step 40 (over steps 21..40) included."""
-    net_a, history_a, net_b, history_b, step_at_kill = killed_and_resumed
-    assert step_at_kill == 30
+        run("b", [])
+    assert torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)["step"] == 30
+    resumed: list = ["stale"]  # a new process: a fresh list, refilled from the checkpoint
+    net_b, history_b = run("b", resumed)
     assert same_state(net_b, net_a)
     assert history_b.step == history_a.step == [20, 40]
     assert history_b.eval_loss == history_a.eval_loss
     assert history_b.eval_accuracy == history_a.eval_accuracy
     assert history_b.train_loss == pytest.approx(history_a.train_loss, rel=1e-6)
+    assert [s for s, _ in full] == [s for s, _ in resumed] == [0, 20, 40]
+    assert np.allclose([v for _, v in resumed], [v for _, v in full])
 
 
 def test_finished_run_is_not_trained_again(data, tmp_path):
@@ -315,29 +311,3 @@ def test_masked_lm_training_with_sgd_lowers_token_loss():
     history = train_classifier(net, task.X_train, task.y_train, task.X_eval, task.y_eval,
                                TrainConfig(steps=60, lr=0.5, optimizer="sgd", eval_every=30, threads=1))
     assert history.eval_loss[-1] < before - 0.1
-
-
-def test_callback_records_survive_a_kill(data, tmp_path, monkeypatch):
-    """With track=, what the callback recorded before the last checkpoint is restored on resume, so the
-    resumed run ends with the records of an uninterrupted one (the separation chapter relies on it)."""
-    X_train, y_train, X_eval, y_eval = data
-
-    def recorder(track):
-        return lambda step, m: track.append((step, float(sum(p.detach().norm() for p in m.parameters()))))
-
-    full: list = []
-    train_classifier(model(seed=0), X_train, y_train, X_eval, y_eval, config(steps=40, eval_every=10),
-                     callback=recorder(full), track=full)
-    resumed: list = []
-    folder = str(tmp_path / "run")
-    with killed_at(36):
-        train_classifier(model(seed=0), X_train, y_train, X_eval, y_eval,
-                         config(steps=40, eval_every=10, checkpoint_dir=folder),
-                         callback=recorder(resumed), track=resumed)
-    resumed_again: list = ["stale"]  # a new process: a fresh list, refilled from the checkpoint
-    train_classifier(model(seed=0), X_train, y_train, X_eval, y_eval,
-                     config(steps=40, eval_every=10, checkpoint_dir=folder),
-                     callback=recorder(resumed_again), track=resumed_again)
-    assert [s for s, _ in full] == [0, 10, 20, 30, 40]
-    assert [s for s, _ in resumed_again] == [s for s, _ in full]
-    assert np.allclose([v for _, v in resumed_again], [v for _, v in full])
