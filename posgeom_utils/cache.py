@@ -14,15 +14,13 @@ from .settings import cache_dir
 
 
 def cache_key(**parts: Any) -> str:
-    """A stable hex key for a set of JSON-serialisable parameters.
-    Chapter: *Positions in real text*."""
+    """A stable hex key of parameters. Chapter: *Positions in real text*."""
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:24]
 
 
 def cache_path(kind: str, key: str, suffix: str) -> Path:
-    """Where the entry ``kind/key.suffix`` lives under :func:`~posgeom_utils.settings.cache_dir`.
-    Chapter: *Positions in real text*."""
+    """The cache file ``kind/key.suffix``. Chapter: *Positions in real text*."""
     folder = cache_dir() / kind
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{key}{suffix}"
@@ -53,8 +51,7 @@ def write_json(path: Path, data: Any) -> Path:
 
 
 def read_json(path: Path) -> dict | None:
-    """The JSON object in ``path``; ``None`` when the file is missing, unreadable or not an object.
-    Chapter: *Reproduction ledger*."""
+    """The JSON object in ``path``, or ``None``. Chapter: *Reproduction ledger*."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError):

@@ -30,8 +30,7 @@ SYNTHETIC_KINDS = ("stationary", "drift", "shift", "lowrank")
 
 @dataclass
 class Corpus:
-    """A list of texts with integer labels (-1 where the split hides them).
-    Chapter: *Positions in real text*."""
+    """Texts with integer labels (-1 where hidden). Chapter: *Positions in real text*."""
 
     name: str
     split: str
@@ -50,8 +49,7 @@ class Corpus:
         )
 
     def sample(self, size: int | None, seed: int = 0) -> "Corpus":
-        """A seeded random subset of ``size`` texts (all: ``None``), in corpus order.
-        Chapter: *Positions in real text*."""
+        """A seeded subset of ``size`` texts, in order. Chapter: *Positions in real text*."""
         if size is None:
             return self
         size = checks.integer(size, "sample size")
@@ -115,10 +113,7 @@ def _missing_message(dataset: str, why: str) -> str:
 
 
 def load_corpus(
-    dataset: str,
-    split: str = "train",
-    data_dir: str | os.PathLike | None = None,
-    strip_html: bool = True,
+    dataset: str, split: str = "train", data_dir: str | Path | None = None, strip_html: bool = True
 ) -> Corpus:
     """Load ``sst2`` or ``imdb`` as a :class:`Corpus` (``strip_html``: IMDB's ``<br />`` become
     spaces). Chapter: *Positions in real text*."""
@@ -134,8 +129,7 @@ def load_corpus(
             origin = "data_dir" if data_dir is not None else f"${DATA_ENV}"
             raise FileNotFoundError(
                 f"{origin}={str(root)!r} has no {LOCAL_FILES[dataset][split]!r}. Point {origin} at "
-                "a folder "
-                "laid out like shared/data: sst2/train.tsv, sst2/dev.tsv, sst2/test.tsv, "
+                "a folder laid out like shared/data: sst2/train.tsv, sst2/dev.tsv, sst2/test.tsv, "
                 "imdb/train.jsonl.gz, imdb/test.jsonl.gz (see shared/data/README.md)."
             )
         texts, labels = _read_sst2(path) if dataset == "sst2" else _read_imdb(path, strip_html)
@@ -146,9 +140,7 @@ def load_corpus(
         try:
             texts, labels = _from_hub(dataset, split, strip_html)
         except Exception as exc:  # network errors come in many types
-            raise FileNotFoundError(
-                _missing_message(dataset, f"the download failed ({exc})")
-            ) from exc
+            raise FileNotFoundError(_missing_message(dataset, f"download failed: {exc}")) from exc
         source = "hf-hub:" + HUB_IDS[dataset][0]
     if not texts:
         raise ValueError(f"{dataset}/{split} from {source} is empty: check the data files")
@@ -157,8 +149,7 @@ def load_corpus(
 
 
 def check_texts(texts: object, name: str = "texts") -> list[str]:
-    """``texts`` (a :class:`Corpus` or a non-empty sequence of strings) as a list.
-    Chapter: *Positions in real text*."""
+    """``texts`` (non-empty strings) as a list. Chapter: *Positions in real text*."""
     if isinstance(texts, Corpus):
         texts = texts.texts
     if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
@@ -183,8 +174,7 @@ class SyntheticCorpus:
 
     @property
     def n(self) -> int:
-        """Number of positions.
-        Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+        """Positions. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
         return self.mu.shape[0]
 
     @property

@@ -23,8 +23,7 @@ def frequencies(d: int, base: float = 10000.0) -> np.ndarray:
 
 
 def sinusoidal(n: int, d: int, base: float = 10000.0) -> np.ndarray:
-    """The n x d sinusoidal encoding (interleaved sin, cos).
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Sinusoidal, n x d. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     n = checks.integer(n, "n")
     angles = np.arange(n, dtype=np.float64)[:, None] * frequencies(d, base)[None, :]
     P = np.empty((n, d))
@@ -40,8 +39,7 @@ def rope(n: int, d_head: int, n_heads: int = 1, base: float = 10000.0) -> np.nda
 
 
 def alibi_slopes(n_heads: int) -> np.ndarray:
-    """The standard ALiBi head slopes (Press et al., 2022).
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """ALiBi's head slopes. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     n_heads = checks.integer(n_heads, "n_heads")
 
     def power_of_two(h: int) -> list[float]:
@@ -175,13 +173,11 @@ def _torch_module():
             return module
 
         def table(self) -> "torch.Tensor":
-            """The n x d matrix P = A B^T.
-            Chapter: *How many numbers does a positional encoding need?*."""
+            """P = A B^T. Chapter: *How many numbers does a positional encoding need?*."""
             return self.A @ self.B.T
 
         def forward(self, x: "torch.Tensor") -> "torch.Tensor":
-            """``x + P[:L]`` for token embeddings x (batch, L, d).
-            Chapter: *How many numbers does a positional encoding need?*."""
+            """``x + P[:L]``. Chapter: *How many numbers does a positional encoding need?*."""
             L = x.shape[-2]
             if L > self.n:
                 raise ValueError(f"sequence length {L} exceeds the encoding's n={self.n} positions")
@@ -189,8 +185,7 @@ def _torch_module():
 
         @property
         def num_parameters(self) -> int:
-            """r (n + d), the numbers this encoding trains.
-            Chapter: *How many numbers does a positional encoding need?*."""
+            """r (n + d). Chapter: *How many numbers does a positional encoding need?*."""
             return lowrank_parameter_count(self.n, self.d, self.r)
 
     return LowRankPositionalEncoding
@@ -218,9 +213,7 @@ def standard_encodings(
     n = D.shape[0]
     d, n_heads = checks.integer(d, "d"), checks.integer(n_heads, "n_heads")
     if d % n_heads:
-        raise ValueError(
-            f"d={d} must be divisible by n_heads={n_heads}: pick n_heads dividing the width"
-        )
+        raise ValueError(f"d={d} must be divisible by n_heads={n_heads}: pick another n_heads")
     d_head = d // n_heads
     mds = classical_mds(D, n)  # one eigendecomposition; every rank is a slice of it
     out = {"MDS, full rank": mds.P[:, : max(mds.effective_rank, 1)]}

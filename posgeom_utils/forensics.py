@@ -66,15 +66,17 @@ def kruskal_stress1(E: np.ndarray, D: np.ndarray, triangle: str = "upper") -> fl
     return float(np.sqrt(np.sum((e - t) ** 2) / ee))
 
 
+def _root(f: Callable) -> Callable:
+    return lambda E, D, triangle="upper": float(np.sqrt(f(E, D, triangle)))
+
+
 #: name -> function (E, D, triangle) -> float
 DEFINITIONS: dict[str, Callable[[np.ndarray, np.ndarray, str], float]] = {
     "normalised": normalised_stress,
-    "root normalised": lambda E, D, triangle="upper": float(
-        np.sqrt(normalised_stress(E, D, triangle))
-    ),
+    "root normalised": _root(normalised_stress),
     "kruskal stress-1": kruskal_stress1,
     "sse": sse,
-    "root sse": lambda E, D, triangle="upper": float(np.sqrt(sse(E, D, triangle))),
+    "root sse": _root(sse),
 }
 #: RoPE layouts: name -> (d -> (head width, heads pooled))
 ROPE_LAYOUTS: dict[str, Callable[[int], tuple[int, int]]] = {
@@ -248,13 +250,11 @@ def best_per_quantity(scored: pd.DataFrame, paper: Mapping[str, float]) -> dict:
     out = {}
     for q in paper:
         row = scored.loc[scored[f"err_{q}"].idxmin()]
-        out[q] = {
-            "value": float(row[COLUMNS[q]]),
-            "paper": float(paper[q]),
-            "matches": bool(row[f"match_{q}"]),
-            "fraction_of_grid_matching": float(scored[f"match_{q}"].mean()),
-            "setting": {
-                d: row[d].item() if isinstance(row[d], np.generic) else row[d] for d in DEPENDS[q]
-            },
+        setting = {
+            d: row[d].item() if isinstance(row[d], np.generic) else row[d] for d in DEPENDS[q]
         }
+        out[q] = dict(
+            value=float(row[COLUMNS[q]]), paper=float(paper[q]), matches=bool(row[f"match_{q}"])
+        )
+        out[q].update(fraction_of_grid_matching=float(scored[f"match_{q}"].mean()), setting=setting)
     return out

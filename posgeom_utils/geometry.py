@@ -27,8 +27,7 @@ def _dense(x: Any) -> np.ndarray:
 
 
 def bhattacharyya(mu: Any, validate: bool = True) -> np.ndarray:
-    """The n x n Bhattacharyya coefficients BC_ij = sum_v sqrt(mu_iv mu_jv), in [0, 1].
-    Chapter: *Positions in real text*."""
+    """BC_ij = sum_v sqrt(mu_iv mu_jv), in [0, 1]. Chapter: *Positions in real text*."""
     if validate:
         checks.probability_rows(mu)
     root = _sqrt_rows(mu)
@@ -110,8 +109,7 @@ class MDSResult:
 
     @property
     def r(self) -> int:
-        """The number of coordinates kept (columns of ``P``).
-        Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+        """Kept columns. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
         return self.P.shape[1]
 
     @property
@@ -166,8 +164,7 @@ def stress_of_distances(E: np.ndarray, D: np.ndarray, scale: str = "raw") -> flo
 
 
 def best_scale(E: np.ndarray, D: np.ndarray) -> float:
-    """The factor s* minimising sum_{i<j} (s E_ij - D_ij)^2.
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """The best scale s*. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     iu = np.triu_indices(np.asarray(D).shape[0], 1)
     e, t = np.asarray(E)[iu], np.asarray(D)[iu]
     return float(e @ t / (e @ e)) if float(e @ e) > 0 else 0.0
@@ -185,22 +182,13 @@ def smacof(
     start = classical_mds(D, r).P if init is None else np.asarray(init, dtype=np.float64)
     if start.shape != (D.shape[0], r):
         raise ValueError(f"init must have shape ({D.shape[0]}, {r}), got {start.shape}")
-    P, _ = _smacof(
-        D,
-        metric=True,
-        n_components=r,
-        init=start,
-        n_init=1,
-        max_iter=max_iter,
-        eps=eps,
-        normalized_stress=False,
-    )
+    options = dict(metric=True, n_init=1, max_iter=max_iter, eps=eps, normalized_stress=False)
+    P, _ = _smacof(D, n_components=r, init=start, **options)
     return P if stress(P, D) <= stress(start, D) else start
 
 
 def is_circulant(D: np.ndarray, atol: float = 1e-10) -> bool:
-    """True when D_ij depends only on (j - i) mod n.
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Circulant D? Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     D = np.asarray(D)
     n = D.shape[0]
     idx = (np.arange(n)[None, :] - np.arange(n)[:, None]) % n
@@ -382,9 +370,7 @@ def _centred(M: np.ndarray, name: str) -> np.ndarray:
     """``M`` with centred columns; ``ValueError`` when all its rows are equal up to rounding."""
     Mc = M - M.mean(0)
     if np.abs(Mc).max() <= 1e-12 * np.abs(M).max():
-        raise ValueError(
-            f"CKA is undefined: {name} has one row at all {len(M)} points (zero variance)"
-        )
+        raise ValueError(f"CKA is undefined: {name} has the same row everywhere (zero variance)")
     return Mc
 
 
@@ -433,17 +419,10 @@ def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> "pd.DataFra
         rank = int(np.linalg.matrix_rank(centred, tol=1e-9 * max(1.0, np.abs(P).max())))
         e, t = tie_robust(E[iu]), tie_robust(D[iu])
         rho = spearmanr(e, t).statistic if np.ptp(E[iu]) > 0 else np.nan
-        rows.append(
-            {
-                "encoding": name,
-                "rank": rank,
-                "raw stress": stress_of_distances(E, D, "raw"),
-                "fitted stress": stress_of_distances(E, D, "fitted"),
-                "best scale": best_scale(E, D),
-                "Spearman rho": float(rho),
-            }
-        )
-    return pd.DataFrame(rows).set_index("encoding")
+        raw, fitted = stress_of_distances(E, D, "raw"), stress_of_distances(E, D, "fitted")
+        rows.append((name, rank, raw, fitted, best_scale(E, D), float(rho)))
+    columns = ["encoding", "rank", "raw stress", "fitted stress", "best scale", "Spearman rho"]
+    return pd.DataFrame(rows, columns=columns).set_index("encoding")
 
 
 def _position_gram(P: np.ndarray) -> np.ndarray:

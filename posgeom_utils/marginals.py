@@ -38,8 +38,7 @@ def _csr(keys: np.ndarray, values: np.ndarray, n: int, V: int) -> sp.csr_array:
 
 @dataclass
 class PositionalMarginals:
-    """Token counts per position and what turns them into distributions ``mu``.
-    Chapter: *Positions in real text*."""
+    """Token counts per position, and their ``mu``. Chapter: *Positions in real text*."""
 
     counts: sp.csr_array  # (n, V) int64: how often token v stands at position i
     support: np.ndarray  # (n,) int64: how many sequences reach position i
@@ -62,8 +61,7 @@ class PositionalMarginals:
         return int(self.length_hist.sum())
 
     def mu(self, smoothing: float = 0.0) -> np.ndarray:
-        """The dense n x V distributions; ``smoothing`` adds that pseudo-count to every cell.
-        Chapter: *Positions in real text*."""
+        """The distributions, ``smoothing`` added to counts. Chapter: *Positions in real text*."""
         fix = "pass 0 (plain frequencies) or a small pseudo-count such as 0.5"
         smoothing = checks.number(smoothing, "smoothing", 0, fix=fix)
         empty = np.flatnonzero(self.support == 0)
@@ -86,16 +84,14 @@ class PositionalMarginals:
         if keep < 1:
             most = int(self.support.max(initial=0))
             raise ValueError(
-                f"no position is reached by min_count={min_count} texts (most: {most}): "
-                "lower min_count"
+                f"no position is reached by min_count={min_count} (most: {most}): lower min_count"
             )
         params = {**self.params, "n": keep, "min_count": min_count}
         support = self.support[:keep].copy()
         return PositionalMarginals(self.counts[:keep], support, self.length_hist, params)
 
     def entropy(self, base: float = 2.0) -> np.ndarray:
-        """Shannon entropy of each mu_i (bits by default), from the sparse counts.
-        Chapter: *Positions in real text*."""
+        """Shannon entropy of each mu_i (bits by default). Chapter: *Positions in real text*."""
         fix = "pass 2 (bits) or math.e (nats)"
         base = checks.number(base, "base", 0, low_open=True, fix=fix)
         if base == 1:
@@ -107,8 +103,7 @@ class PositionalMarginals:
         return h / np.log(base)
 
     def top_tokens(self, i: int, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids and probabilities of the ``k`` most frequent tokens at position ``i``.
-        Chapter: *Positions in real text*."""
+        """The ``k`` commonest tokens at ``i``, with shares. Chapter: *Positions in real text*."""
         i = checks.integer(i, "i", 0, self.n - 1)
         k = checks.integer(k, "k", fix="how many tokens to list, e.g. k=5")
         row = self.counts[[i]]
@@ -116,8 +111,7 @@ class PositionalMarginals:
         return row.indices[order], row.data[order] / max(int(self.support[i]), 1)
 
     def merge(self, other: "PositionalMarginals") -> "PositionalMarginals":
-        """The counts of both corpora together: disjoint shards merge to the count of their union.
-        Chapter: *Beyond one machine*."""
+        """The counts of both corpora together, exactly. Chapter: *Beyond one machine*."""
         if not isinstance(other, PositionalMarginals):
             raise TypeError(f"other must be a PositionalMarginals, got {type(other).__name__}")
         if self.counts.shape != other.counts.shape:
@@ -264,8 +258,7 @@ def _positions(lengths, n, prefix, suffix, align, view="model"):
 
 
 def _tokenizer_fingerprint(tokenizer: Any) -> str:
-    """A hash of what the tokenizer does (vocabulary, model, normaliser), not of its last call's
-    state."""
+    """A hash of what the tokenizer does, not of its last call's state."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         blob = json.dumps(sorted(tokenizer.get_vocab().items()))
@@ -278,8 +271,7 @@ def _tokenizer_fingerprint(tokenizer: Any) -> str:
 
 
 def texts_fingerprint(texts: Sequence[str]) -> str:
-    """A content hash of a list of texts (length-prefixed: no two lists collide by joining).
-    Chapter: *Positions in real text*."""
+    """A length-prefixed content hash of texts. Chapter: *Positions in real text*."""
     h = hashlib.sha256()
     for text in texts:
         b = text.encode("utf-8")
@@ -300,7 +292,7 @@ def _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view="mod
     specials = len(prefix) + len(suffix)
     if n < specials + 1:
         raise ValueError(
-            f"n={n} leaves no room for text: use n > {specials} or special_tokens='drop'"
+            f"n={n} leaves no room for text: pass n > {specials} or special_tokens='drop'"
         )
     return n, prefix, suffix
 
@@ -339,14 +331,11 @@ def count_batches(
         if len(batch) == 0:
             continue
         ids, lengths = encode(batch)
-        pos, mask, special_pos, special_ids, _, model_len = _positions(
+        pos, mask, special_pos, special_ids, _, reach = _positions(
             lengths, n, prefix, suffix, align, view
         )
-        positions, tokens = (
-            np.concatenate([pos[mask], special_pos]),
-            np.concatenate([ids[mask], special_ids]),
-        )
-        counter.add(positions, tokens, model_len, lengths + extra)
+        positions = np.concatenate([pos[mask], special_pos])
+        counter.add(positions, np.concatenate([ids[mask], special_ids]), reach, lengths + extra)
     return counter.result(params)
 
 
@@ -368,20 +357,15 @@ def positional_marginals(
     checks.integer(batch_size, "batch_size")
     corpus_key = dict(texts.key) if isinstance(texts, Corpus) else {}
     texts = check_texts(texts)
-    corpus_key["texts_sha256"] = texts_fingerprint(
-        texts
-    )  # the content, whatever the corpus is called
-    params = counting_params(tokenizer, n, special_tokens, align, view)
-    params["corpus"] = corpus_key
+    corpus_key["texts_sha256"] = texts_fingerprint(texts)  # the content, whatever the name
+    params = {**counting_params(tokenizer, n, special_tokens, align, view), "corpus": corpus_key}
     path = cache_path("marginals", cache_key(**params), ".npz")
     if cache and path.is_file():
         return _apply_min_count(PositionalMarginals.load(path), min_count)
-    starts = progress(
-        range(0, len(texts), batch_size),
-        desc="counting tokens per position",
-        total=-(-len(texts) // batch_size),
+    starts = range(0, len(texts), batch_size)
+    batches = (
+        texts[i : i + batch_size] for i in progress(starts, desc="counting tokens per position")
     )
-    batches = (texts[start : start + batch_size] for start in starts)
     result = count_batches(
         batches, tokenizer, n, special_tokens, align, buffer_tokens, params, view
     )
@@ -392,8 +376,7 @@ def positional_marginals(
 
 @dataclass
 class TextCounts:
-    """Which (position, token) pairs each text contributes, to count resampled corpora quickly.
-    Chapter: *Positions in real text*."""
+    """Which (position, token) pairs each text contributes. Chapter: *Positions in real text*."""
 
     incidence: sp.csr_array  # (N, K) int8 0/1: text t has pair keys[k]
     keys: np.ndarray  # (K,) int64 flat keys i * V + v, sorted
@@ -424,9 +407,7 @@ class TextCounts:
         N = self.num_texts
         weights = np.ones(N, dtype=np.int64) if weights is None else np.asarray(weights)
         if weights.shape != (N,) or not np.issubdtype(weights.dtype, np.integer):
-            raise ValueError(
-                f"weights must be {N} integers, got shape {weights.shape}, {weights.dtype}"
-            )
+            raise ValueError(f"weights must be {N} integers, got {weights.shape}, {weights.dtype}")
         if weights.min(initial=0) < 0:
             raise ValueError("weights must be >= 0 (how often each text is drawn)")
         weights = weights.astype(np.int64)
@@ -458,13 +439,13 @@ def text_counts(
     text_ids, key_parts, model_lengths, full_lengths = [], [], [], []
     for start in range(0, len(texts), batch_size):
         ids, lengths = encode(texts[start : start + batch_size])
-        pos, mask, special_pos, special_ids, special_text, model_len = _positions(
+        pos, mask, sp_pos, sp_ids, sp_text, reach = _positions(
             lengths, n, prefix, suffix, align, view
         )
         index = np.arange(start, start + lengths.size, dtype=np.int64)
-        text_ids += [np.repeat(index, lengths)[mask], index[special_text]]
-        key_parts += [pos[mask] * V + ids[mask], special_pos * V + special_ids]
-        model_lengths.append(model_len)
+        text_ids += [np.repeat(index, lengths)[mask], index[sp_text]]
+        key_parts += [pos[mask] * V + ids[mask], sp_pos * V + sp_ids]
+        model_lengths.append(reach)
         full_lengths.append(lengths + extra)
     lengths = (np.concatenate(x).astype(np.int64) for x in (model_lengths, full_lengths))
     params = counting_params(tokenizer, n, special_tokens, align, view)

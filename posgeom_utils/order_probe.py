@@ -20,8 +20,7 @@ from .tasks import shuffle_within
 
 @dataclass
 class ShufflePairs:
-    """Sentences as token ids (padding -1) and the special tokens around them.
-    Chapter: *Why a Transformer needs positions*."""
+    """Sentences as token ids, with specials. Chapter: *Why a Transformer needs positions*."""
 
     words: np.ndarray
     prefix: list[int]
@@ -34,8 +33,7 @@ class ShufflePairs:
 
     @property
     def max_len(self) -> int:
-        """Tokens per input, special tokens included.
-        Chapter: *Why a Transformer needs positions*."""
+        """Tokens per input. Chapter: *Why a Transformer needs positions*."""
         return self.words.shape[1] + len(self.prefix) + len(self.suffix)
 
     def inputs(self, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -73,23 +71,15 @@ def shuffle_pairs(
     prefix, suffix = special_template(tokenizer)
     w = max_len - len(prefix) - len(suffix)
     if min_len > w:
-        raise ValueError(
-            f"min_len={min_len} exceeds the {w} word pieces that fit in max_len={max_len}"
-        )
-    enc = tokenizer(
-        texts,
-        add_special_tokens=False,
-        truncation=True,
-        max_length=w,
-        padding="max_length",
-        return_tensors="np",
+        raise ValueError(f"min_len={min_len} exceeds the {w} word pieces of max_len={max_len}")
+    options = dict(
+        add_special_tokens=False, truncation=True, padding="max_length", return_tensors="np"
     )
+    enc = tokenizer(texts, max_length=w, **options)
     words = np.where(enc["attention_mask"] == 1, enc["input_ids"].astype(np.int64), -1)
     words = np.unique(words[(words >= 0).sum(1) >= min_len], axis=0)
     if len(words) < 10:
-        raise ValueError(
-            f"only {len(words)} distinct texts have min_len={min_len} pieces: lower min_len"
-        )
+        raise ValueError(f"only {len(words)} texts have min_len={min_len} pieces: lower min_len")
     words = words[np.random.default_rng(seed).permutation(len(words))]
     if size is not None:
         words = words[:size]
@@ -145,8 +135,7 @@ def pooled_features(
 
 @dataclass
 class ShuffleProbe:
-    """Held-out accuracy of the shuffle probe, one entry per seed.
-    Chapter: *Why a Transformer needs positions*."""
+    """Held-out accuracy per seed. Chapter: *Why a Transformer needs positions*."""
 
     accuracy: np.ndarray
     seeds: list[int]
@@ -155,8 +144,7 @@ class ShuffleProbe:
     params: dict = field(default_factory=dict)
 
     def interval(self, level: float = 0.95) -> tuple[float, float]:
-        """Mean accuracy over seeds and the Student-t half-width.
-        Chapter: *Why a Transformer needs positions*."""
+        """Mean accuracy, t half-width. Chapter: *Why a Transformer needs positions*."""
         return t_interval(self.accuracy, level)
 
 

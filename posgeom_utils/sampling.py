@@ -25,8 +25,7 @@ class SplitHalfHellinger:
 
     @property
     def D(self) -> np.ndarray:
-        """The corrected distances ``sqrt(max(H2, 0))`` (zero diagonal).
-        Chapter: *Positions in real text*."""
+        """``sqrt(max(H2, 0))``. Chapter: *Positions in real text*."""
         D = np.sqrt(np.clip(self.H2, 0.0, None))
         np.fill_diagonal(D, 0.0)
         return D
@@ -59,8 +58,7 @@ def _reached(m: PositionalMarginals) -> PositionalMarginals:
 
 
 def split_texts(num_texts: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """0/1 weights of two disjoint random halves of ``num_texts`` texts (seeded).
-    Chapter: *Positions in real text*."""
+    """0/1 weights of two seeded halves. Chapter: *Positions in real text*."""
     num_texts = checks.integer(num_texts, "num_texts", 2, fix="need at least 2 texts to split")
     order = np.random.default_rng(seed).permutation(num_texts)
     a = np.zeros(num_texts, dtype=np.int64)
@@ -112,8 +110,7 @@ def _replicates(values: np.ndarray, level: float) -> np.ndarray:
 
 
 def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """The equal-tailed percentile interval of bootstrap ``values`` (first axis).
-    Chapter: *Positions in real text*."""
+    """The percentile interval of ``values``. Chapter: *Positions in real text*."""
     tail = 100 * (1 - level) / 2
     low, high = np.percentile(_replicates(values, level), [tail, 100 - tail], axis=0)
     return low, high

@@ -26,8 +26,7 @@ def cache_dir() -> Path:
 
 
 def progress_enabled() -> bool:
-    """False when ``POSGEOM_PROGRESS=0`` (or ``TQDM_DISABLE`` is set).
-    Chapter: *Positions in real text*."""
+    """False when ``POSGEOM_PROGRESS=0``. Chapter: *Positions in real text*."""
     if os.environ.get("TQDM_DISABLE"):
         return False
     return os.environ.get(PROGRESS_ENV, "1") not in {"0", "false", "False", "no"}
@@ -41,8 +40,7 @@ def progress(iterable: Iterable[Any] | None = None, **kwargs: Any) -> tqdm:
 
 
 def hub_offline() -> bool:
-    """True when the Hugging Face libraries were told to stay offline.
-    Chapter: *Positions in real text*."""
+    """True when the hub is offline. Chapter: *Positions in real text*."""
     return any(
         os.environ.get(v, "0") not in {"0", "", "false", "False"}
         for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")

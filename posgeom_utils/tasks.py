@@ -42,32 +42,23 @@ def _task(
 
 
 def _split_point(count: int, eval_fraction: object, what: str) -> int:
-    """Where the train part of ``count`` examples ends, ``int(count * (1 - eval_fraction))``;
-    neither part may be empty."""
+    """Where the train part of ``count`` examples ends; neither part may be empty."""
     fraction = checks.number(eval_fraction, "eval_fraction", 0, 1, low_open=True, high_open=True)
     split = int(count * (1 - fraction))
     if split < 1 or split >= count:
         side = "train" if split < 1 else "eval"
-        raise ValueError(
-            f"eval_fraction={eval_fraction!r} leaves an empty {side} split for {count} {what}"
-        )
+        raise ValueError(f"eval_fraction={eval_fraction!r} leaves an empty {side} split of {what}")
     return split
 
 
 def padded_ids(texts: Corpus | list[str], tokenizer: Any, max_len: int) -> np.ndarray:
     """Token ids of each text without special tokens, truncated to ``max_len`` and right-padded with
     -1. Chapter: *How many numbers does a positional encoding need?*."""
-    ids = tokenizer(
-        check_texts(texts),
-        add_special_tokens=False,
-        truncation=True,
-        max_length=max_len,
-        padding="max_length",
-        return_tensors="np",
-    )["input_ids"].astype(np.int64)
-    return np.where(
-        ids == (tokenizer.pad_token_id or 0), -1, ids
-    )  # -1 until the vocabulary is compacted
+    options = dict(
+        add_special_tokens=False, truncation=True, padding="max_length", return_tensors="np"
+    )
+    ids = tokenizer(check_texts(texts), max_length=max_len, **options)["input_ids"].astype(np.int64)
+    return np.where(ids == (tokenizer.pad_token_id or 0), -1, ids)  # -1: padding, until compacted
 
 
 def shuffle_within(ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -177,9 +168,7 @@ def presence_task(task: TokenTask, seed: int = 0) -> TokenTask:
     Chapter: *Do distinct positions get distinct vectors?*."""
     X_train, X_eval = np.asarray(task.X_train), np.asarray(task.X_eval)
     if X_train.ndim != 2 or len(X_train) < 2 or len(X_eval) < 2:
-        raise ValueError(
-            f"task needs two train and eval inputs, got {X_train.shape}, {X_eval.shape}"
-        )
+        raise ValueError(f"task needs 2 train and eval inputs, got {X_train.shape}, {X_eval.shape}")
     present = np.zeros((len(X_train), task.vocab_size), dtype=bool)
     present[np.arange(len(X_train))[:, None], X_train] = True
     share = present[:, 1:].mean(0)  # id 0 is padding
@@ -190,9 +179,7 @@ def presence_task(task: TokenTask, seed: int = 0) -> TokenTask:
         y = (X == word).any(1)
         n = min(int(y.sum()), int((~y).sum()))
         if n < 1:
-            raise ValueError(
-                f"token {word} is in all or none of a split's inputs: pass more inputs"
-            )
+            raise ValueError(f"token {word} is in all or none of a split's inputs: pass more")
         chosen = [
             rng.choice(np.flatnonzero(y), n, replace=False),
             rng.choice(np.flatnonzero(~y), n, replace=False),

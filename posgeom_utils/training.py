@@ -71,8 +71,7 @@ def amp_enabled(amp: bool | str, device: torch.device | str) -> bool:
 
 @dataclass
 class History:
-    """Metrics recorded during training (one entry per evaluation).
-    Chapter: *Do distinct positions get distinct vectors?*."""
+    """Metrics per evaluation. Chapter: *Do distinct positions get distinct vectors?*."""
 
     step: list[int] = field(default_factory=list)
     train_loss: list[float] = field(default_factory=list)
@@ -80,8 +79,7 @@ class History:
     eval_accuracy: list[float] = field(default_factory=list)
 
     def final_accuracy(self) -> float:
-        """The last evaluation accuracy (NaN before any evaluation).
-        Chapter: *Do distinct positions get distinct vectors?*."""
+        """The last eval accuracy. Chapter: *Do distinct positions get distinct vectors?*."""
         return self.eval_accuracy[-1] if self.eval_accuracy else float("nan")
 
 
@@ -113,8 +111,7 @@ def evaluate(
 
 
 def _loss(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Cross-entropy for sequence labels (batch, C) or token labels (batch, L, C) with
-    ``IGNORE``."""
+    """Cross-entropy of sequence or token labels (``IGNORE``: not scored)."""
     if logits.dim() == 3:
         return F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE, reduction=reduction)
     return F.cross_entropy(logits, y, reduction=reduction)
@@ -136,9 +133,7 @@ def _resume(path, model, optimizer, generator, config, device, track) -> tuple[H
     changed = [k for k in _RESUME_KEYS if state["config"].get(k) != getattr(config, k)]
     if changed:
         folder = config.checkpoint_dir
-        raise ValueError(
-            f"{folder!r} holds a run with different {changed}: use another checkpoint_dir"
-        )
+        raise ValueError(f"{folder!r} holds a run with different {changed}: use another folder")
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     generator.set_state(state["generator"])

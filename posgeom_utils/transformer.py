@@ -27,17 +27,12 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention with optional RoPE and ALiBi.
-    Chapter: *Why a Transformer needs positions*."""
+    """Self-attention, optional RoPE, ALiBi. Chapter: *Why a Transformer needs positions*."""
 
     def __init__(self, d, n_heads, max_len, rope=False, alibi=False, causal=False, dropout=0.0):
         super().__init__()
-        self.n_heads, self.d_head, self.causal, self.dropout = (
-            n_heads,
-            d // n_heads,
-            causal,
-            dropout,
-        )
+        self.n_heads, self.d_head = n_heads, d // n_heads
+        self.causal, self.dropout = causal, dropout
         self.qkv = nn.Linear(d, 3 * d)
         self.out = nn.Linear(d, d)
         self.rope, self.alibi = rope, alibi
@@ -88,8 +83,7 @@ class Block(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, pad_mask: torch.Tensor | None) -> torch.Tensor:
-        """x + attention, then + feed-forward, each on the layer-normed input.
-        Chapter: *Why a Transformer needs positions*."""
+        """Pre-norm attention, then feed-forward. Chapter: *Why a Transformer needs positions*."""
         x = x + self.attn(self.ln1(x), pad_mask)
         return x + self.ff(self.ln2(x))
 
@@ -117,7 +111,7 @@ def _check_arguments(positional, task, d, n_heads, max_len, table, rank) -> np.n
     table = np.asarray(table, dtype=np.float32)
     if positional == "mds" and table.shape != (max_len, d):
         raise ValueError(
-            f"table must have shape (max_len, d) = ({max_len}, {d}), got {table.shape}"
+            f"table must have shape (max_len, d) = ({max_len}, {d}), not {table.shape}"
         )
     if positional == "lowrank" and table.shape != (max_len, rank):
         raise ValueError(f"table for lowrank must have shape (max_len, rank) = ({max_len}, {rank})")
@@ -225,8 +219,7 @@ class PositionalTransformer(nn.Module):
 
 
 def count_parameters(model: nn.Module) -> int:
-    """Trainable parameters of a model.
-    Chapter: *How many numbers does a positional encoding need?*."""
+    """Trained numbers. Chapter: *How many numbers does a positional encoding need?*."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
