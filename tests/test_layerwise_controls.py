@@ -10,7 +10,6 @@ import random
 
 import numpy as np
 import pytest
-import torch
 
 from posgeom_utils.probes import (
     LayerMeans,

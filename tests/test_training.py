@@ -296,7 +296,7 @@ def test_history_final_accuracy_of_empty_history_is_nan():
 
 
 def test_masked_lm_training_with_sgd_lowers_token_loss():
-    """Token-level targets (-100 = not scored) and the plain-SGD optimiser of the Monotonicity chapter."""
+    """Token-level targets (-100 = not scored) and the plain-SGD optimiser of *Are nearby positions encoded nearby?*."""
     import torch
 
     from posgeom_utils.tasks import masked_task
