@@ -74,6 +74,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from posgeom_utils import checks  # noqa: E402
 from posgeom_utils import geometry as geo  # noqa: E402
 
 TARGET_SECONDS = 0.5
@@ -229,7 +230,7 @@ def stage_functions(mu: np.ndarray, r: int) -> dict[str, Callable[[], Any]]:
     lam, U = np.linalg.eigh(B)
     P = U[:, ::-1][:, :r] * np.sqrt(np.clip(lam[::-1][:r], 0.0, None))
     return {
-        "validate (check_distributions)": lambda: geo.check_distributions(mu),
+        "validate (checks.probability_rows)": lambda: checks.probability_rows(mu),
         "sqrt": lambda: np.sqrt(np.asarray(mu, dtype=np.float64)),
         "product root @ root.T": lambda: root @ root.T,
         "clip/sqrt to distances": lambda: bc_to_distances(bc),
@@ -242,7 +243,7 @@ def stage_functions(mu: np.ndarray, r: int) -> dict[str, Callable[[], Any]]:
 # --------------------------------------------------------------------------- candidates (evidence only)
 
 def validate_min_sum(mu: np.ndarray, atol: float = 1e-8) -> None:
-    """Same verdicts as check_distributions in two passes: NaN and -inf fail the min, +inf fails the sums."""
+    """The verdicts of checks.probability_rows in two passes: NaN, -inf fail the min, +inf the sums."""
     lo = float(mu.min())
     if not lo >= 0:
         raise ValueError("mu has negative or NaN entries")
@@ -253,7 +254,7 @@ def validate_min_sum(mu: np.ndarray, atol: float = 1e-8) -> None:
 
 def hybrid_bhattacharyya(mu: sp.csr_array, heavy_min: int) -> np.ndarray:
     """BC of sparse rows: dense BLAS product on columns used by > heavy_min rows, sparse product on the rest."""
-    geo.check_distributions(mu)
+    checks.probability_rows(mu)
     root = sp.csr_array(mu, dtype=np.float64, copy=True)
     root.data = np.sqrt(root.data)
     col_nnz = np.bincount(root.indices, minlength=root.shape[1])
@@ -374,7 +375,7 @@ def run_dense(n: int, V: int, r: int, seed: int, alpha: float, repeats: int, set
                 [(name, t, f"{100 * t.median / stage_sum:4.0f}% of stage sum") for name, t in stages.items()])
     print(f"  sum of stage medians {1e3 * stage_sum:.1f} ms vs end-to-end median {1e3 * t_ours.median:.1f} ms")
     print_table("Candidates (not in the package; evidence for the report)", [
-        ("validate via min + row sums", cand["validate_min_sum"], "vs check_distributions above"),
+        ("validate via min + row sums", cand["validate_min_sum"], "vs checks.probability_rows above"),
         ("bhattacharyya(mu) as in the package", cand["bhattacharyya (package)"], "validate + sqrt + product"),
         ("fused blocked validate+sqrt+product", cand["fused blocked bc"], f"max |diff| {fused_err:.1e}"),
         ("float32 product + distances", cand["float32 product + distances"],

@@ -1,17 +1,5 @@
-"""posgeom_utils: the helper package of *The Geometry of Positional Encodings*, an
-executable book.
-
-Each public function's docstring names the chapter that explains it. Modules:
-
-- :mod:`~posgeom_utils.corpus`: SST-2 / IMDB loading (local files or the hub) and
-  synthetic corpora
-- :mod:`~posgeom_utils.models`: tokenizers and pre-trained models by id or path; device
-  selection
-- :mod:`~posgeom_utils.marginals`: the positional token distributions mu_i of a corpus
-- :mod:`~posgeom_utils.geometry`: Hellinger / Fisher-Rao distances between positions
-- :mod:`~posgeom_utils.plotting`: the book's figure style
-- :mod:`~posgeom_utils.seeding`: one helper that sets every seed
-"""
+"""posgeom_utils: the helper package of the executable book *The Geometry of Positional Encodings*.
+Each public object's docstring names the chapter that explains it. Chapter: *Preface*."""
 
 from .corpus import Corpus, SyntheticCorpus, load_corpus, synthetic_corpus, synthetic_mu
 from .geometry import bhattacharyya, fisher_rao_distances, hellinger_distances

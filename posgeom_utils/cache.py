@@ -1,5 +1,5 @@
-"""Content-addressed, atomically written cache entries and JSON files (``marginals``,
-``posgeom run``, results)."""
+"""Content-addressed, atomically written cache entries and JSON files (marginals, ``posgeom run``
+results). Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
 
@@ -14,33 +14,21 @@ from .settings import cache_dir
 
 
 def cache_key(**parts: Any) -> str:
-    """A stable hex key for a set of JSON-serialisable parameters.
-
-    Chapter: *How this book is built* (README: caches).
-    """
+    """A stable hex key of parameters. Chapter: *Positions in real text*."""
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:24]
 
 
 def cache_path(kind: str, key: str, suffix: str) -> Path:
-    """Where the entry ``kind/key.suffix`` lives under
-    :func:`~posgeom_utils.settings.cache_dir`.
-
-    Chapter: *How this book is built* (README: caches).
-    """
+    """The cache file ``kind/key.suffix``. Chapter: *Positions in real text*."""
     folder = cache_dir() / kind
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{key}{suffix}"
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into
-    place.
-
-    A reader never sees a half-written file; an interrupted write leaves the old entry
-    (or none). Chapter: *How this book is built* (README: caches, checkpoints and
-    results).
-    """
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place: a reader
+    never sees a half-written file. Chapter: *Reproduction ledger*."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
@@ -57,20 +45,13 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
 
 
 def write_json(path: Path, data: Any) -> Path:
-    """Write ``data`` as indented, key-sorted JSON, atomically (:func:`atomic_write`).
-
-    Chapter: *How this book is built* (README: results).
-    """
+    """Write ``data`` as indented, key-sorted JSON, atomically. Chapter: *Reproduction ledger*."""
     text = json.dumps(data, indent=1, sort_keys=True, allow_nan=True)
     return atomic_write(Path(path), lambda tmp: tmp.write_text(text))
 
 
 def read_json(path: Path) -> dict | None:
-    """The JSON object in ``path``; ``None`` when the file is missing, unreadable or not
-    an object.
-
-    Chapter: *How this book is built* (README: results).
-    """
+    """The JSON object in ``path``, or ``None``. Chapter: *Reproduction ledger*."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError):

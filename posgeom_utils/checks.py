@@ -1,9 +1,5 @@
-"""Argument checks shared by the whole package, written once.
-
-Chapter: *Positions in real text* (bad input is refused before any long computation starts). Each check
-returns the value in its canonical type or raises ``ValueError`` naming the parameter, what was given and
-the fix. The science functions call these instead of writing their own ``if ...: raise``.
-"""
+"""Argument checks written once: each returns the value or raises ``ValueError`` naming the
+parameter, what was given and the fix. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
@@ -15,32 +11,24 @@ import scipy.sparse as sp
 
 
 def fail(name: str, expected: str, value: Any, fix: str = "") -> ValueError:
-    """The error of a bad argument: ``name must be <expected>, got <value>[: <fix>]``.
-    Chapter: *Positions in real text*."""
-    return ValueError(f"{name} must be {expected}, got {name}={value!r}" + (f": {fix}" if fix else ""))
+    """``name must be <expected>, got <value>: <fix>``. Chapter: *Positions in real text*."""
+    return ValueError(f"{name} must be {expected}, got {name}={value!r}" + (fix and f": {fix}"))
 
 
-def integer(value: Any, name: str, minimum: int | None = 1, maximum: int | None = None, fix: str = "") -> int:
-    """``value`` as an ``int`` in ``[minimum, maximum]`` (booleans and floats are refused).
-    Chapter: *Positions in real text*."""
+def integer(
+    value: Any, name: str, minimum: int | None = 1, maximum: int | None = None, fix: str = ""
+) -> int:
+    """``value`` as an ``int`` in ``[minimum, maximum]``. Chapter: *Positions in real text*."""
     ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
     ok = ok and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
     if not ok:
-        span = (
-            f"in [{minimum}, {maximum}]"
-            if minimum is not None and maximum is not None
-            else f">= {minimum}"
-            if minimum is not None
-            else f"<= {maximum}"
-            if maximum is not None
-            else ""
+        low, high = (
+            [f" >= {minimum}"] * (minimum is not None),
+            [f" <= {maximum}"] * (maximum is not None),
         )
-        raise fail(
-            name,
-            f"an integer {span}".rstrip(),
-            value,
-            fix or f"pass e.g. {name}={max(minimum or 0, 1)}",
-        )
+        span = f" in [{minimum}, {maximum}]" if low and high else "".join(low + high)
+        fix = fix or f"pass e.g. {name}={max(minimum or 0, 1)}"
+        raise fail(name, f"an integer{span}", value, fix)
     return int(value)
 
 
@@ -54,19 +42,18 @@ def number(
     high_open: bool = False,
     fix: str = "",
 ) -> float:
-    """``value`` as a finite ``float`` in the interval from ``low`` to ``high`` (open ends where asked).
-    NaN, infinities and booleans are refused. Chapter: *Positions in real text*."""
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-    ok = ok and math.isfinite(float(value))
+    """``value`` as a finite ``float`` in the interval from ``low`` to ``high`` (open ends where
+    asked). NaN, infinities and booleans are refused. Chapter: *Positions in real text*."""
+    real = isinstance(value, (int, float, np.integer, np.floating))
+    ok = real and not isinstance(value, (bool, np.bool_)) and math.isfinite(float(value))
     if ok and low is not None:
         ok = value > low if low_open else value >= low
     if ok and high is not None:
         ok = value < high if high_open else value <= high
     if not ok:
-        parts = ([f"{'>' if low_open else '>='} {low:g}"] if low is not None else []) + (
-            [f"{'<' if high_open else '<='} {high:g}"] if high is not None else []
-        )
-        raise fail(name, "a finite number" + (f" {' and '.join(parts)}" if parts else ""), value, fix)
+        parts = [f"{'>' if low_open else '>='} {low:g}"] if low is not None else []
+        parts += [f"{'<' if high_open else '<='} {high:g}"] if high is not None else []
+        raise fail(name, " ".join(["a finite number", " and ".join(parts)]).rstrip(), value, fix)
     return float(value)
 
 
@@ -90,11 +77,11 @@ def finite_array(X: Any, name: str, ndim: int = 2) -> np.ndarray:
 
 
 def probability_rows(mu: Any, name: str = "mu", atol: float = 1e-8) -> None:
-    """Raise unless ``mu`` (dense or sparse) is an (n, V) array of finite, non-negative rows summing to 1.
-    Chapter: *Positions in real text*."""
+    """Raise unless ``mu`` (dense or sparse) is an (n, V) array of finite, non-negative rows summing
+    to 1. Chapter: *Positions in real text*."""
     shape = getattr(mu, "shape", None)
     if shape is None or len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
-        raise ValueError(f"{name} must be a 2-D (n, V) array of probability rows, got shape {shape}")
+        raise ValueError(f"{name} must be a 2-D (n, V) array of probability rows, got {shape}")
     values = mu.data if sp.issparse(mu) else np.asarray(mu)
     if not np.all(np.isfinite(values)):
         raise ValueError(f"{name} contains NaN or inf: every row must be a probability vector")
@@ -123,5 +110,5 @@ def distance_matrix(D: Any, name: str = "D", atol: float = 1e-9) -> np.ndarray:
     if not np.allclose(D, D.T, atol=atol * scale, rtol=0):
         raise ValueError(f"{name} is not symmetric (max |D - D^T| = {np.abs(D - D.T).max():.3g})")
     if np.any(np.abs(np.diag(D)) > atol * scale):
-        raise ValueError(f"{name} has a non-zero diagonal: the distance of a position to itself is 0")
+        raise ValueError(f"{name} has a non-zero diagonal: a position is at distance 0 of itself")
     return D

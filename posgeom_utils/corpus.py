@@ -1,14 +1,5 @@
-"""The corpora: SST-2 and IMDB as texts with labels, and a seeded synthetic corpus with
-known geometry.
-
-Chapter: *Positions in real text* (real corpora) and the MDS / low-rank chapters
-(synthetic corpus).
-
-Real data are found, in this order, in (1) an explicit ``data_dir``, (2) the folder
-named by the environment variable ``POSGEOM_DATA_DIR`` (laid out like ``shared/data``:
-``sst2/{train,dev,test}.tsv`` and ``imdb/{train,test}.jsonl.gz``), (3) the Hugging Face
-hub through ``datasets`` when online.
-"""
+"""SST-2 and IMDB (from ``data_dir``, ``POSGEOM_DATA_DIR`` or the hub) and seeded synthetic corpora
+with known geometry. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
@@ -21,15 +12,12 @@ from typing import Sequence
 
 import numpy as np
 
+from . import checks
 from .settings import DATA_ENV, hub_offline
 
 #: split name -> file name, per dataset, in a folder laid out like ``shared/data``
 LOCAL_FILES: dict[str, dict[str, str]] = {
-    "sst2": {
-        "train": "sst2/train.tsv",
-        "validation": "sst2/dev.tsv",
-        "test": "sst2/test.tsv",
-    },
+    "sst2": {"train": "sst2/train.tsv", "validation": "sst2/dev.tsv", "test": "sst2/test.tsv"},
     "imdb": {"train": "imdb/train.jsonl.gz", "test": "imdb/test.jsonl.gz"},
 }
 #: the same corpora on the Hugging Face hub: (dataset id, config, text column)
@@ -37,12 +25,12 @@ HUB_IDS: dict[str, tuple[str, str | None, str]] = {
     "sst2": ("nyu-mll/glue", "sst2", "sentence"),
     "imdb": ("stanfordnlp/imdb", None, "text"),
 }
+SYNTHETIC_KINDS = ("stationary", "drift", "shift", "lowrank")
 
 
 @dataclass
 class Corpus:
-    """A list of texts with integer labels (-1 where the split hides them).
-    Chapter: *Positions in real text*."""
+    """Texts with integer labels (-1 where hidden). Chapter: *Positions in real text*."""
 
     name: str
     split: str
@@ -54,84 +42,34 @@ class Corpus:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def sample(self, size: int | None, seed: int = 0) -> "Corpus":
-        """A seeded random subset of ``size`` texts (all of them when ``size`` is None
-        or too big).
+    def _subset(self, idx: np.ndarray, **meta) -> "Corpus":
+        texts = [self.texts[i] for i in idx]
+        return Corpus(
+            self.name, self.split, texts, self.labels[idx], self.source, {**self.meta, **meta}
+        )
 
-        The subset keeps the corpus order, so the same ``(size, seed)`` gives the same
-        texts. Chapter: every chapter that reads a corpus (first in
-        *Positions in real text*).
-        """
+    def sample(self, size: int | None, seed: int = 0) -> "Corpus":
+        """A seeded subset of ``size`` texts, in order. Chapter: *Positions in real text*."""
         if size is None:
             return self
-        if (
-            isinstance(size, bool)
-            or not isinstance(size, (int, np.integer))
-            or size < 1
-        ):
-            raise ValueError(
-                f"sample size must be a positive integer or None, got {size!r}"
-            )
+        size = checks.integer(size, "sample size")
         if size >= len(self):
             return self
-        idx = np.sort(
-            np.random.default_rng(seed).choice(len(self), size=int(size), replace=False)
-        )
-        return Corpus(
-            self.name,
-            self.split,
-            [self.texts[i] for i in idx],
-            self.labels[idx],
-            self.source,
-            {**self.meta, "sample_size": int(size), "sample_seed": seed},
-        )
+        idx = np.sort(np.random.default_rng(seed).choice(len(self), size=size, replace=False))
+        return self._subset(idx, sample_size=size, sample_seed=seed)
 
     def halves(self, seed: int = 0) -> tuple["Corpus", "Corpus"]:
-        """Two disjoint random halves (seeded), e.g. to measure the sampling noise of a
-        statistic.
-
-        Chapter: *Positions in real text* (also *Low rank*, *Positions layer by layer*).
-        """
+        """Two disjoint random halves (seeded). Chapter: *Positions in real text*."""
         if len(self) < 2:
-            raise ValueError(
-                f"a corpus needs at least 2 texts to be halved, it has {len(self)}"
-            )
+            raise ValueError(f"a corpus needs 2 texts to be halved, it has {len(self)}")
         perm = np.random.default_rng(seed).permutation(len(self))
         parts = np.sort(perm[: len(self) // 2]), np.sort(perm[len(self) // 2 :])
-        return tuple(
-            Corpus(
-                self.name,
-                self.split,
-                [self.texts[i] for i in idx],
-                self.labels[idx],
-                self.source,
-                {**self.meta, "half": h, "half_seed": seed},
-            )
-            for h, idx in enumerate(parts)
-        )
+        return tuple(self._subset(idx, half=h, half_seed=seed) for h, idx in enumerate(parts))
 
     @property
     def key(self) -> dict:
-        """What identifies this corpus in a cache key. Chapter: *How this book is built*
-        (README: caches)."""
-        return {
-            "name": self.name,
-            "split": self.split,
-            "n_texts": len(self),
-            **self.meta,
-        }
-
-
-def _check_name_split(dataset: str, split: str) -> None:
-    if dataset not in LOCAL_FILES:
-        raise ValueError(
-            f"dataset must be one of {sorted(LOCAL_FILES)}, got {dataset!r}"
-        )
-    if split not in LOCAL_FILES[dataset]:
-        raise ValueError(
-            f"split must be one of {sorted(LOCAL_FILES[dataset])} for dataset "
-            f"{dataset!r}, got {split!r}"
-        )
+        """What identifies this corpus in a cache key. Chapter: *Positions in real text*."""
+        return {"name": self.name, "split": self.split, "n_texts": len(self), **self.meta}
 
 
 def _read_sst2(path: Path) -> tuple[list[str], np.ndarray]:
@@ -139,58 +77,50 @@ def _read_sst2(path: Path) -> tuple[list[str], np.ndarray]:
         header = fh.readline().rstrip("\n").split("\t")
         rows = [line.rstrip("\n").split("\t") for line in fh if line.strip()]
     if header == ["sentence", "label"]:
-        return [r[0].strip() for r in rows], np.array(
-            [int(r[1]) for r in rows], dtype=np.int64
-        )
+        return [r[0].strip() for r in rows], np.array([int(r[1]) for r in rows], dtype=np.int64)
     if header == ["index", "sentence"]:  # the GLUE test split hides its labels
         return [r[1].strip() for r in rows], np.full(len(rows), -1, dtype=np.int64)
     raise ValueError(f"{path} does not look like a GLUE SST-2 file (header {header!r})")
 
 
-def _clean_imdb(text: str) -> str:
-    return text.replace("<br />", " ")
-
-
 def _read_imdb(path: Path, strip_html: bool) -> tuple[list[str], np.ndarray]:
-    texts, labels = [], []
     with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            row = json.loads(line)
-            texts.append(_clean_imdb(row["text"]) if strip_html else row["text"])
-            labels.append(int(row["label"]))
-    return texts, np.asarray(labels, dtype=np.int64)
+        rows = [json.loads(line) for line in fh]
+    texts = [r["text"].replace("<br />", " ") if strip_html else r["text"] for r in rows]
+    return texts, np.asarray([int(r["label"]) for r in rows], dtype=np.int64)
 
 
-def _from_hub(
-    dataset: str, split: str, strip_html: bool
-) -> tuple[list[str], np.ndarray]:
+def _from_hub(dataset: str, split: str, strip_html: bool) -> tuple[list[str], np.ndarray]:
     import datasets  # imported late: slow, and only needed online
 
     repo, config, column = HUB_IDS[dataset]
     datasets.disable_progress_bars()
     ds = datasets.load_dataset(repo, config, split=split)
-    texts = list(ds[column])
     if dataset == "imdb" and strip_html:
-        texts = [_clean_imdb(t) for t in texts]
+        texts = [t.replace("<br />", " ") for t in ds[column]]
     else:
-        texts = [t.strip() for t in texts]
+        texts = [t.strip() for t in ds[column]]
     return texts, np.asarray(ds["label"], dtype=np.int64)
 
 
-def load_corpus(
-    dataset: str,
-    split: str = "train",
-    data_dir: str | os.PathLike | None = None,
-    strip_html: bool = True,
-) -> Corpus:
-    """Load ``sst2`` (train / validation / test) or ``imdb`` (train / test) as a
-    :class:`Corpus`.
+def _missing_message(dataset: str, why: str) -> str:
+    return (
+        f"No data for dataset {dataset!r}: no data_dir was given, ${DATA_ENV} is not set, and "
+        f"{why}. Fix: pass data_dir='/path/to/data' or `export {DATA_ENV}=/path/to/data`, where "
+        f"the folder holds {', '.join(LOCAL_FILES[dataset].values())} (laid out like shared/data); "
+        f"or go online so that `datasets` can download {HUB_IDS[dataset][0]!r}."
+    )
 
-    ``strip_html`` replaces IMDB's ``<br />`` tags by a space (they are markup, not
-    words; the hub copy and the local files get the same treatment). SST-2 test labels
-    are hidden by GLUE and come back as -1. Chapter: *Positions in real text*.
-    """
-    _check_name_split(dataset, split)
+
+def load_corpus(
+    dataset: str, split: str = "train", data_dir: str | Path | None = None, strip_html: bool = True
+) -> Corpus:
+    """Load ``sst2`` or ``imdb`` as a :class:`Corpus` (``strip_html``: IMDB's ``<br />`` become
+    spaces). Chapter: *Positions in real text*."""
+    checks.choice(dataset, "dataset", sorted(LOCAL_FILES))
+    checks.choice(
+        split, "split", sorted(LOCAL_FILES[dataset]), f"the splits of dataset {dataset!r}"
+    )
     source_dir = data_dir if data_dir is not None else os.environ.get(DATA_ENV)
     if source_dir:
         root = Path(source_dir).expanduser()
@@ -198,81 +128,44 @@ def load_corpus(
         if not path.is_file():
             origin = "data_dir" if data_dir is not None else f"${DATA_ENV}"
             raise FileNotFoundError(
-                f"{origin}={str(root)!r} has no {LOCAL_FILES[dataset][split]!r}. Point "
-                f"{origin} at a folder laid out like shared/data: sst2/train.tsv, "
-                "sst2/dev.tsv, sst2/test.tsv, imdb/train.jsonl.gz, imdb/test.jsonl.gz "
-                "(see shared/data/README.md)."
+                f"{origin}={str(root)!r} has no {LOCAL_FILES[dataset][split]!r}. Point {origin} at "
+                "a folder laid out like shared/data: sst2/train.tsv, sst2/dev.tsv, sst2/test.tsv, "
+                "imdb/train.jsonl.gz, imdb/test.jsonl.gz (see shared/data/README.md)."
             )
-        texts, labels = (
-            _read_sst2(path) if dataset == "sst2" else _read_imdb(path, strip_html)
-        )
+        texts, labels = _read_sst2(path) if dataset == "sst2" else _read_imdb(path, strip_html)
         source = str(path)
-    elif not hub_offline():
+    elif hub_offline():
+        raise FileNotFoundError(_missing_message(dataset, "the hub is disabled (offline)"))
+    else:
         try:
             texts, labels = _from_hub(dataset, split, strip_html)
         except Exception as exc:  # network errors come in many types
-            raise FileNotFoundError(
-                _missing_message(dataset, f"the hub download failed ({exc})")
-            ) from exc
+            raise FileNotFoundError(_missing_message(dataset, f"download failed: {exc}")) from exc
         source = "hf-hub:" + HUB_IDS[dataset][0]
-    else:
-        raise FileNotFoundError(
-            _missing_message(dataset, "the Hugging Face hub is disabled (offline)")
-        )
     if not texts:
-        raise ValueError(
-            f"{dataset}/{split} from {source} is empty: check the data files"
-        )
+        raise ValueError(f"{dataset}/{split} from {source} is empty: check the data files")
     meta = {"strip_html": strip_html} if dataset == "imdb" else {}
     return Corpus(dataset, split, texts, labels, source, meta)
 
 
-def _missing_message(dataset: str, why: str) -> str:
-    return (
-        f"No data for dataset {dataset!r}: no data_dir was given, ${DATA_ENV} is not "
-        f"set, and {why}. Fix: pass data_dir='/path/to/data' or `export "
-        f"{DATA_ENV}=/path/to/data`, where the folder holds "
-        f"{', '.join(LOCAL_FILES[dataset].values())} (laid out like shared/data); or "
-        f"go online so that `datasets` can download {HUB_IDS[dataset][0]!r}."
-    )
-
-
 def check_texts(texts: object, name: str = "texts") -> list[str]:
-    """Validate a non-empty sequence of strings (raises ``TypeError``/``ValueError``
-    naming ``name``).
-
-    Chapter: every chapter that reads a corpus (first in *Positions in real text*).
-    """
+    """``texts`` (non-empty strings) as a list. Chapter: *Positions in real text*."""
     if isinstance(texts, Corpus):
         texts = texts.texts
     if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
-        raise TypeError(
-            f"{name} must be a sequence of strings (a list of texts), got "
-            f"{type(texts).__name__}"
-        )
+        raise TypeError(f"{name} must be a sequence of strings, got {type(texts).__name__}")
     if len(texts) == 0:
         raise ValueError(f"{name} is empty: the corpus has no texts to count")
     bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
     if bad is not None:
-        raise TypeError(
-            f"{name}[{bad}] is a {type(texts[bad]).__name__}, not a str: pass texts, "
-            "not token ids"
-        )
+        raise TypeError(f"{name}[{bad}] is a {type(texts[bad]).__name__}, not a str: pass texts")
     return list(texts)
-
-
-# -------------------------------------------------------------------- synthetic corpus
-
-SYNTHETIC_KINDS = ("stationary", "drift", "shift", "lowrank")
 
 
 @dataclass
 class SyntheticCorpus:
-    """Token-id sequences drawn position by position from known distributions ``mu``
-    (n x V).
-
-    Chapter: *MDS optimality*.
-    """
+    """Token-id sequences drawn position by position from known ``mu`` (n x V).
+    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
 
     kind: str
     ids: np.ndarray  # (num_sequences, n) token ids
@@ -281,12 +174,12 @@ class SyntheticCorpus:
 
     @property
     def n(self) -> int:
-        """Number of positions. Chapter: *MDS optimality*."""
+        """Positions. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
         return self.mu.shape[0]
 
     @property
     def V(self) -> int:
-        """Vocabulary size. Chapter: *MDS optimality*."""
+        """Vocabulary size. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
         return self.mu.shape[1]
 
 
@@ -298,22 +191,9 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 def synthetic_mu(
     kind: str, n: int, V: int, seed: int = 0, rank: int = 3, strength: float = 2.0
 ) -> np.ndarray:
-    """The true positional distributions of a synthetic corpus (rows sum to 1).
-
-    - ``stationary``: every position has the same distribution (all Hellinger distances
-      0).
-    - ``drift``: log-probabilities drift smoothly with position (a few cosine modes,
-      decaying amplitude).
-    - ``shift``: position i is a von Mises bump on the token circle centred at token
-      i V / n, so d_H(mu_i, mu_j) depends only on (i - j) mod n (exactly when n divides
-      V): a circulant geometry.
-    - ``lowrank``: a mixture of ``rank`` distributions with disjoint supports whose
-      weights vary smoothly with position: sqrt(mu_i) lies in a ``rank``-dimensional
-      subspace, so rank(B) <= ``rank``.
-    ``strength`` scales how far positions move apart. Chapter: *MDS optimality*.
-    """
-    if kind not in SYNTHETIC_KINDS:
-        raise ValueError(f"kind must be one of {SYNTHETIC_KINDS}, got {kind!r}")
+    """The true distributions of a synthetic corpus (``SYNTHETIC_KINDS``).
+    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    checks.choice(kind, "kind", SYNTHETIC_KINDS)
     if n < 1 or V < 2:
         raise ValueError(f"need n >= 1 and V >= 2, got n={n}, V={V}")
     rng = np.random.default_rng(seed)
@@ -323,25 +203,21 @@ def synthetic_mu(
         return np.repeat(_softmax(base), n, axis=0)
     if kind == "drift":
         modes = rng.normal(size=(4, V))
-        logits = base + strength * sum(
-            np.cos(np.pi * (k + 1) * t) * modes[k] / (k + 1) for k in range(4)
+        return _softmax(
+            base
+            + strength * sum(np.cos(np.pi * (k + 1) * t) * modes[k] / (k + 1) for k in range(4))
         )
-        return _softmax(logits)
     if kind == "shift":
         angle = 2 * np.pi * (np.arange(V)[None, :] / V - np.arange(n)[:, None] / n)
         return _softmax(strength * np.cos(angle))
-    if rank < 1 or rank > V:
-        raise ValueError(f"rank must be in [1, V={V}], got {rank}")
+    checks.integer(rank, "rank", 1, V)
     blocks = np.array_split(rng.permutation(V), rank)
     phase = rng.uniform(0, 2 * np.pi, size=rank)
     freq = rng.uniform(0.5, 1.5, size=rank)
-    weights = _softmax(
-        strength * np.sin(2 * np.pi * freq * t + phase)
-    )  # (n, rank), smooth in i
+    weights = _softmax(strength * np.sin(2 * np.pi * freq * t + phase))  # (n, rank), smooth in i
     mu = np.zeros((n, V))
     for k, block in enumerate(blocks):
-        component = _softmax(rng.normal(size=block.size))
-        mu[:, block] = weights[:, k : k + 1] * component[None, :]
+        mu[:, block] = weights[:, k : k + 1] * _softmax(rng.normal(size=block.size))[None, :]
     return mu
 
 
@@ -354,29 +230,21 @@ def synthetic_corpus(
     rank: int = 3,
     strength: float = 2.0,
 ) -> SyntheticCorpus:
-    """Sample ``num_sequences`` sequences of length ``n`` from :func:`synthetic_mu`
-    (seeded, vectorised).
-
-    Every position is filled in every sequence, so each position has ``num_sequences``
-    samples. Chapter: *MDS optimality*.
-    """
-    if num_sequences < 1:
-        raise ValueError(f"num_sequences must be >= 1, got {num_sequences}")
+    """``num_sequences`` sequences of length ``n`` drawn from :func:`synthetic_mu` (seeded).
+    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    checks.integer(num_sequences, "num_sequences")
     mu = synthetic_mu(kind, n, V, seed=seed, rank=rank, strength=strength)
-    rng = np.random.default_rng(seed + 1)
+    ids = draw_positions(mu, np.random.default_rng(seed + 1).random((num_sequences, n)))
+    params = dict(kind=kind, n=n, V=V, num_sequences=num_sequences, seed=seed, rank=rank)
+    return SyntheticCorpus(kind, ids, mu, {**params, "strength": strength})
+
+
+def draw_positions(mu: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Token ids with position ``i`` drawn from ``mu[i]`` by inverting its CDF at the uniforms
+    ``u[:, i]``. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     cdf = np.cumsum(mu, axis=1)
     cdf[:, -1] = 1.0
-    u = rng.random((num_sequences, n))
-    ids = np.empty((num_sequences, n), dtype=np.int64)
-    for i in range(n):  # one vectorised inverse-CDF draw per position
+    ids = np.empty(u.shape, dtype=np.int64)
+    for i in range(mu.shape[0]):  # one vectorised draw per position
         ids[:, i] = np.searchsorted(cdf[i], u[:, i], side="right")
-    params = dict(
-        kind=kind,
-        n=n,
-        V=V,
-        num_sequences=num_sequences,
-        seed=seed,
-        rank=rank,
-        strength=strength,
-    )
-    return SyntheticCorpus(kind, ids, mu, params)
+    return ids

@@ -1,23 +1,5 @@
 """Can a frozen pre-trained encoder tell a sentence from a shuffle of its own words?
-
-Chapter: *Why a Transformer needs positions* (the encoder with its position table intact
-vs set to zero: the necessity theorem on a real model) and *Low rank* (the table
-replaced by its best rank-r approximation).
-
-- ``shuffle_pairs(texts, tokenizer, max_len)``: the sentences of a corpus as token ids
-  with the model's special tokens, each kept once, ready to be shuffled.
-- ``with_position_table(model, P)``: a copy of a pre-trained model whose learned
-  absolute position table (positions ``0..len(P)-1``) is replaced by ``P``.
-- ``shuffle_probe(model, pairs, seeds)``: for every seed, half of the sentences (drawn
-  at random) have their words shuffled (special tokens stay in place); a logistic
-  regression on the encoder's mean-pooled last hidden state, fitted on a random
-  training split, is scored on the held-out sentences. Each sentence appears once, as
-  itself or as its shuffle, so the bag of words says nothing about the label.
-
-The labels, shuffles and splits depend only on the seed, not on the model, so probes of
-two models with the same seeds are paired. The encoder is never trained: what the probe
-reads is already in the pre-trained representation.
-"""
+Chapter: *Why a Transformer needs positions*."""
 
 from __future__ import annotations
 
@@ -27,40 +9,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from . import checks
 from .corpus import Corpus, check_texts
+from .marginals import special_template
 from .models import learned_position_embeddings, position_embedding_weight, select_device
+from .sampling import t_interval
 from .settings import progress
 from .tasks import shuffle_within
-
-__all__ = ["ShufflePairs", "ShuffleProbe", "shuffle_pairs", "with_position_table",
-           "pooled_features", "shuffle_probe", "t_interval"]
-
-
-def _int_at_least(value: object, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
-    """Mean and half-width of the Student-t ``level`` interval of ``values`` (NaN
-    half-width for a single value). Chapter: *Why a Transformer needs positions*."""
-    from scipy import stats
-
-    values = np.asarray(values, dtype=float)
-    if values.size == 0:
-        raise ValueError("values is empty: pass at least one number")
-    if values.size < 2:
-        return float(values.mean()), float("nan")
-    t = stats.t.ppf(0.5 + level / 2, values.size - 1)
-    return float(values.mean()), float(t * values.std(ddof=1) / np.sqrt(values.size))
 
 
 @dataclass
 class ShufflePairs:
-    """Sentences as token ids ready to be shuffled: ``words`` (N x w, padding -1) holds
-    the word pieces of each sentence, ``prefix`` and ``suffix`` the model's special
-    tokens around them. Chapter: *Why a Transformer needs positions*."""
+    """Sentences as token ids, with specials. Chapter: *Why a Transformer needs positions*."""
 
     words: np.ndarray
     prefix: list[int]
@@ -73,19 +33,18 @@ class ShufflePairs:
 
     @property
     def max_len(self) -> int:
-        """Tokens per input, special tokens included. Chapter: *Why a Transformer needs positions*."""
+        """Tokens per input. Chapter: *Why a Transformer needs positions*."""
         return self.words.shape[1] + len(self.prefix) + len(self.suffix)
 
     def inputs(self, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Model inputs (ids, attention mask), both (N x max_len), for word rows shaped
-        like ``self.words``: prefix, the words, suffix, then padding.
+        """Model inputs (ids, attention mask) for word rows shaped like ``self.words``.
         Chapter: *Why a Transformer needs positions*."""
         N, w = words.shape
         lengths = (words >= 0).sum(1)
         ids = np.full((N, self.max_len), self.pad_token_id, dtype=np.int64)
         p = len(self.prefix)
         ids[:, :p] = self.prefix
-        ids[:, p:p + w] = np.where(words >= 0, words, self.pad_token_id)
+        ids[:, p : p + w] = np.where(words >= 0, words, self.pad_token_id)
         cols = np.arange(self.max_len)[None, :]
         for k, token in enumerate(self.suffix):  # after each sentence's last word
             ids[np.arange(N), p + lengths + k] = token
@@ -93,77 +52,69 @@ class ShufflePairs:
         return ids, mask
 
 
-def shuffle_pairs(texts: Corpus | Sequence[str], tokenizer: Any, max_len: int = 32,
-                  min_len: int = 5, size: int | None = 2000, seed: int = 0) -> ShufflePairs:
-    """The distinct sentences of ``texts`` with at least ``min_len`` word pieces,
-    truncated so that with the special tokens they fit in ``max_len``, in a seeded
-    random order, at most ``size`` of them. Chapter: *Why a Transformer needs positions*."""
+def shuffle_pairs(
+    texts: Corpus | Sequence[str],
+    tokenizer: Any,
+    max_len: int = 32,
+    min_len: int = 5,
+    size: int | None = 2000,
+    seed: int = 0,
+) -> ShufflePairs:
+    """At most ``size`` distinct sentences of ``texts`` with ``min_len`` word pieces, fitted to
+    ``max_len``, in a seeded order. Chapter: *Why a Transformer needs positions*."""
     texts = check_texts(texts)
-    max_len = _int_at_least(max_len, "max_len", 4)
-    min_len = _int_at_least(min_len, "min_len", 2)
+    max_len, min_len = checks.integer(max_len, "max_len", 4), checks.integer(min_len, "min_len", 2)
     if size is not None:
-        size = _int_at_least(size, "size", 10)
-    # where the tokenizer puts its special tokens around a sentence: wrap one known word
-    plain = list(tokenizer("the", add_special_tokens=False)["input_ids"])
-    wrapped = list(tokenizer("the", add_special_tokens=True)["input_ids"])
-    at = next((k for k in range(len(wrapped) - len(plain) + 1)
-               if wrapped[k:k + len(plain)] == plain), None)
-    if not plain or at is None or getattr(tokenizer, "pad_token_id", None) is None:
-        raise ValueError("tokenizer must wrap a sentence in special tokens and have a pad token "
-                         "(an encoder tokenizer such as BERT's)")
-    prefix, suffix = wrapped[:at], wrapped[at + len(plain):]
+        size = checks.integer(size, "size", 10)
+    if getattr(tokenizer, "pad_token_id", None) is None:
+        raise ValueError("tokenizer must have a pad token (an encoder tokenizer such as BERT's)")
+    prefix, suffix = special_template(tokenizer)
     w = max_len - len(prefix) - len(suffix)
     if min_len > w:
-        raise ValueError(f"min_len={min_len} exceeds the {w} word pieces that fit in "
-                         f"max_len={max_len}: lower min_len or raise max_len")
-    enc = tokenizer(texts, add_special_tokens=False, truncation=True, max_length=w,
-                    padding="max_length", return_tensors="np")
+        raise ValueError(f"min_len={min_len} exceeds the {w} word pieces of max_len={max_len}")
+    options = dict(
+        add_special_tokens=False, truncation=True, padding="max_length", return_tensors="np"
+    )
+    enc = tokenizer(texts, max_length=w, **options)
     words = np.where(enc["attention_mask"] == 1, enc["input_ids"].astype(np.int64), -1)
     words = np.unique(words[(words >= 0).sum(1) >= min_len], axis=0)
     if len(words) < 10:
-        raise ValueError(f"only {len(words)} distinct texts have at least min_len={min_len} "
-                         "word pieces: lower min_len or pass more texts")
+        raise ValueError(f"only {len(words)} texts have min_len={min_len} pieces: lower min_len")
     words = words[np.random.default_rng(seed).permutation(len(words))]
     if size is not None:
         words = words[:size]
-    return ShufflePairs(words, prefix, suffix, int(tokenizer.pad_token_id),
-                        dict(max_len=max_len, min_len=min_len, size=size, seed=seed))
+    params = dict(max_len=max_len, min_len=min_len, size=size, seed=seed)
+    return ShufflePairs(words, prefix, suffix, int(tokenizer.pad_token_id), params)
 
 
 def with_position_table(model: Any, P: np.ndarray) -> Any:
-    """A deep copy of ``model`` whose learned absolute position embeddings for positions
-    ``0..len(P)-1`` are the rows of ``P`` (the other rows are kept). ``P`` must have the
-    model's width. Chapter: *Why a Transformer needs positions* (P = 0) and *Low rank*
-    (P of rank r)."""
+    """A deep copy of ``model`` whose learned position embeddings for positions ``0..len(P)-1`` are
+    the rows of ``P`` (the model's width). Chapter: *Why a Transformer needs positions* (P = 0)."""
     import torch
 
     current = learned_position_embeddings(model)  # ValueError for models without a table
-    P = np.asarray(P, dtype=np.float64)
-    if P.ndim != 2 or P.shape[1] != current.shape[1] or not 1 <= P.shape[0] <= len(current):
-        raise ValueError(f"P must be (n, {current.shape[1]}) with 1 <= n <= {len(current)}, "
-                         f"got shape {P.shape}")
-    if not np.isfinite(P).all():
-        raise ValueError("P has non-finite entries")
+    P = checks.finite_array(P, "P")
+    if P.shape[1] != current.shape[1] or not 1 <= P.shape[0] <= len(current):
+        raise ValueError(f"P must be (n, {current.shape[1]}), n <= {len(current)}, got {P.shape}")
     clone = copy.deepcopy(model)
     weight = position_embedding_weight(clone)
     offset = weight.shape[0] - len(current)  # RoBERTa-style offset rows stay untouched
     with torch.no_grad():
-        weight[offset:offset + len(P)] = torch.as_tensor(P, dtype=weight.dtype)
+        weight[offset : offset + len(P)] = torch.as_tensor(P, dtype=weight.dtype)
     return clone
 
 
-def pooled_features(model: Any, ids: np.ndarray, mask: np.ndarray, batch_size: int = 128,
-                    device: str = "auto") -> np.ndarray:
-    """Mean of the last hidden state over the real tokens of each row (N x d, float64),
-    in batches sorted by length (each trimmed to its longest row), without gradients.
-    Chapter: *Why a Transformer needs positions*."""
+def pooled_features(
+    model: Any, ids: np.ndarray, mask: np.ndarray, batch_size: int = 128, device: str = "auto"
+) -> np.ndarray:
+    """Mean of the last hidden state over the real tokens of each row (N x d, float64), in batches
+    sorted by length, without gradients. Chapter: *Why a Transformer needs positions*."""
     import torch
 
-    batch_size = _int_at_least(batch_size, "batch_size", 1)
+    batch_size = checks.integer(batch_size, "batch_size")
     ids, mask = np.asarray(ids), np.asarray(mask)
     if ids.ndim != 2 or ids.shape != mask.shape or len(ids) == 0:
-        raise ValueError(f"ids and mask must be equal (N, L) arrays with N >= 1, got "
-                         f"{ids.shape} and {mask.shape}")
+        raise ValueError(f"ids and mask must be equal (N, L) arrays, got {ids.shape}, {mask.shape}")
     dev = select_device(device)
     model = model.to(dev).eval()
     lengths = mask.sum(1)
@@ -172,8 +123,8 @@ def pooled_features(model: Any, ids: np.ndarray, mask: np.ndarray, batch_size: i
     batches = range(0, len(ids), batch_size)
     with torch.inference_mode():
         for start in progress(batches, desc="pooled features", total=len(batches)):
-            rows = order[start:start + batch_size]
-            T = int(lengths[rows].max())
+            rows = order[start : start + batch_size]
+            T = int(lengths[rows].max())  # each batch trimmed to its longest row
             x = torch.as_tensor(ids[rows, :T], device=dev)
             m = torch.as_tensor(mask[rows, :T], device=dev)
             hidden = model(input_ids=x, attention_mask=m).last_hidden_state.float()
@@ -184,8 +135,7 @@ def pooled_features(model: Any, ids: np.ndarray, mask: np.ndarray, batch_size: i
 
 @dataclass
 class ShuffleProbe:
-    """Held-out accuracy of the shuffle probe, one entry per seed.
-    Chapter: *Why a Transformer needs positions*."""
+    """Held-out accuracy per seed. Chapter: *Why a Transformer needs positions*."""
 
     accuracy: np.ndarray
     seeds: list[int]
@@ -194,8 +144,7 @@ class ShuffleProbe:
     params: dict = field(default_factory=dict)
 
     def interval(self, level: float = 0.95) -> tuple[float, float]:
-        """Mean accuracy over seeds and the Student-t half-width.
-        Chapter: *Why a Transformer needs positions*."""
+        """Mean accuracy, t half-width. Chapter: *Why a Transformer needs positions*."""
         return t_interval(self.accuracy, level)
 
 
@@ -211,12 +160,17 @@ def _seed_split(pairs: ShufflePairs, seed: int, eval_fraction: float):
     return labels, shuffled, order[n_eval:], order[:n_eval]
 
 
-def shuffle_probe(model: Any, pairs: ShufflePairs, seeds: Sequence[int] = (0, 1, 2, 3, 4),
-                  eval_fraction: float = 0.3, batch_size: int = 128, device: str = "auto",
-                  C: float = 1.0) -> ShuffleProbe:
-    """Fit and score the shuffle probe of ``model`` once per seed (see the module
-    docstring): logistic regression (L2, ``C``) on standardised mean-pooled features.
-    Chapter: *Why a Transformer needs positions*."""
+def shuffle_probe(
+    model: Any,
+    pairs: ShufflePairs,
+    seeds: Sequence[int] = (0, 1, 2, 3, 4),
+    eval_fraction: float = 0.3,
+    batch_size: int = 128,
+    device: str = "auto",
+    C: float = 1.0,
+) -> ShuffleProbe:
+    """The held-out accuracy of a logistic regression telling shuffled from original sentences by
+    their mean-pooled features, once per seed. Chapter: *Why a Transformer needs positions*."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -226,20 +180,19 @@ def shuffle_probe(model: Any, pairs: ShufflePairs, seeds: Sequence[int] = (0, 1,
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds is empty: pass at least one seed, e.g. range(5)")
-    if not 0 < float(eval_fraction) < 1:
-        raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction!r}")
+    eval_fraction = checks.number(
+        eval_fraction, "eval_fraction", 0, 1, low_open=True, high_open=True
+    )
     original = pooled_features(model, *pairs.inputs(pairs.words), batch_size, device)
-    accuracy, sizes = [], None
+    accuracy = []
     for s in seeds:
         labels, shuffled, train, held_out = _seed_split(pairs, s, eval_fraction)
         features = original.copy()
         rows = np.flatnonzero(labels)
-        ids, mask = pairs.inputs(shuffled[rows])
-        features[rows] = pooled_features(model, ids, mask, batch_size, device)
+        features[rows] = pooled_features(model, *pairs.inputs(shuffled[rows]), batch_size, device)
         y = labels.astype(np.int64)
         clf = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000))
         clf.fit(features[train], y[train])
         accuracy.append(float((clf.predict(features[held_out]) == y[held_out]).mean()))
-        sizes = (len(train), len(held_out))
-    return ShuffleProbe(np.asarray(accuracy), seeds, sizes[0], sizes[1],
-                        dict(pairs.params, eval_fraction=float(eval_fraction), C=float(C)))
+    params = dict(pairs.params, eval_fraction=eval_fraction, C=float(C))
+    return ShuffleProbe(np.asarray(accuracy), seeds, len(train), len(held_out), params)

@@ -1,23 +1,5 @@
-"""Where things live, how chatty the helpers are and how many threads they use
-(environment variables, one place).
-
-Chapter: *How this book is built* (README) and every chapter's set-up cell.
-
-========================  ========================================================
-variable                  meaning
-========================  ========================================================
-``POSGEOM_DATA_DIR``      folder laid out like ``shared/data`` (``sst2/*.tsv``,
-                          ``imdb/*.jsonl.gz``); used when no ``data_dir`` is passed
-``POSGEOM_CACHE_DIR``     where computed marginals and other results are cached
-                          (default ``~/.cache/posgeom``)
-``POSGEOM_PROGRESS``      ``0`` silences every progress bar (tests, nbval)
-``POSGEOM_BLAS_THREADS``  BLAS threads for the dense eigendecomposition of
-                          :func:`~posgeom_utils.geometry.classical_mds`; default
-                          ``1`` (a 2-thread ``eigh`` of the book's sizes stalls on a
-                          busy 2-core machine); ``0`` or ``default`` leaves the BLAS
-                          library's own thread count. Results agree to rounding.
-========================  ========================================================
-"""
+"""The environment: ``POSGEOM_DATA_DIR``, ``POSGEOM_CACHE_DIR``, ``POSGEOM_PROGRESS`` (``0``: no
+progress bars), ``POSGEOM_BLAS_THREADS``. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
@@ -32,40 +14,33 @@ DATA_ENV = "POSGEOM_DATA_DIR"
 CACHE_ENV = "POSGEOM_CACHE_DIR"
 PROGRESS_ENV = "POSGEOM_PROGRESS"
 BLAS_THREADS_ENV = "POSGEOM_BLAS_THREADS"
-#: BLAS threads when ``POSGEOM_BLAS_THREADS`` is unset (the 2-core machines this book
-#: is built on)
+#: BLAS threads when ``POSGEOM_BLAS_THREADS`` is unset (2 threads stall on a busy 2-core machine)
 DEFAULT_BLAS_THREADS = 1
 
 
 def cache_dir() -> Path:
-    """The on-disk cache folder (created on demand). Chapter: *How this book is built*
-    (README)."""
+    """The on-disk cache folder (created on demand). Chapter: *Positions in real text*."""
     path = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "posgeom")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def progress_enabled() -> bool:
-    """False when ``POSGEOM_PROGRESS=0`` (or ``TQDM_DISABLE`` is set). Chapter: every
-    chapter (progress bars)."""
+    """False when ``POSGEOM_PROGRESS=0``. Chapter: *Positions in real text*."""
     if os.environ.get("TQDM_DISABLE"):
         return False
     return os.environ.get(PROGRESS_ENV, "1") not in {"0", "false", "False", "no"}
 
 
 def progress(iterable: Iterable[Any] | None = None, **kwargs: Any) -> tqdm:
-    """A tqdm bar that obeys ``POSGEOM_PROGRESS``. Chapter: every chapter (first in
-    *Positions in real text*)."""
+    """A tqdm bar that obeys ``POSGEOM_PROGRESS``. Chapter: *Positions in real text*."""
     kwargs.setdefault("disable", not progress_enabled())
     kwargs.setdefault("leave", False)
     return tqdm(iterable, **kwargs)
 
 
 def hub_offline() -> bool:
-    """True when the Hugging Face libraries were told to stay offline.
-
-    Chapter: *How this book is built* (README: offline builds).
-    """
+    """True when the hub is offline. Chapter: *Positions in real text*."""
     return any(
         os.environ.get(v, "0") not in {"0", "", "false", "False"}
         for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -73,10 +48,8 @@ def hub_offline() -> bool:
 
 
 def blas_thread_limit() -> int | None:
-    """BLAS threads from ``POSGEOM_BLAS_THREADS``: an integer >= 1, ``None`` for the
-    library's default (``0`` or ``default``), :data:`DEFAULT_BLAS_THREADS` when unset.
-    Chapter: *How this book is built* (README).
-    """
+    """BLAS threads from ``POSGEOM_BLAS_THREADS`` (``None``: the library's own; default 1).
+    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     value = os.environ.get(BLAS_THREADS_ENV, "").strip()
     if not value:
         return DEFAULT_BLAS_THREADS
@@ -88,20 +61,16 @@ def blas_thread_limit() -> int | None:
         threads = 0
     if threads < 1:
         raise ValueError(
-            f"{BLAS_THREADS_ENV}={value!r} is not a thread count: set it to an integer "
-            ">= 1, or to 0 / 'default' for the BLAS library's own choice"
+            f"{BLAS_THREADS_ENV}={value!r} is not a thread count: set it to an integer >= 1, or "
+            "to 0 / 'default' for the BLAS library's own choice"
         )
     return threads
 
 
 @contextlib.contextmanager
 def blas_threads() -> Iterator[None]:
-    """Limit BLAS to :func:`blas_thread_limit` threads inside the block (nothing when
-    that is ``None``).
-
-    Chapter: *How this book is built* (README); used by
-    :func:`~posgeom_utils.geometry.classical_mds`.
-    """
+    """Limit BLAS to :func:`blas_thread_limit` threads inside the block (nothing when that is
+    ``None``). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     limit = blas_thread_limit()
     if limit is None:
         yield

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from posgeom_utils import load_corpus, load_tokenizer, positional_marginals
+from posgeom_utils import hellinger_distances, load_corpus, load_tokenizer, positional_marginals
 from posgeom_utils.cache import atomic_write
 from posgeom_utils.forensics import (
     ALIBI_FORMS,
@@ -33,7 +33,6 @@ from posgeom_utils.forensics import (
     best_per_quantity,
     forensic_grid,
     free_choices,
-    hellinger_geometry,
     padded_mu,
     score_grid,
 )
@@ -50,9 +49,7 @@ def geometries(corpus, tokenizer) -> dict:
     """(n requested, policy, short-text handling) -> D_H, distinct geometries only."""
     out, seen = {}, set()
     for special in SPECIAL:
-        m = positional_marginals(
-            corpus, tokenizer, n=512, special_tokens=special, min_count=1
-        )
+        m = positional_marginals(corpus, tokenizer, n=512, special_tokens=special, min_count=1)
         counts = m.counts.toarray()
         for n_req, short in ((n, s) for n in N_VALUES for s in SHORT):
             k = min(n_req, m.n)
@@ -65,7 +62,7 @@ def geometries(corpus, tokenizer) -> dict:
             if (k, special, short) in seen:
                 continue
             seen.add((k, special, short))
-            out[n_req, special, short] = hellinger_geometry(mu)
+            out[n_req, special, short] = hellinger_distances(mu)
     return out
 
 
@@ -99,9 +96,7 @@ def at_max(scored, dims) -> list[dict]:
                 "matched": matched,
                 "count": len(g),
                 "free_choices": int(g["free_choices"].min()),
-                "options": {
-                    d: sorted({_plain(x) for x in g[d]}, key=str) for d in dims
-                },
+                "options": {d: sorted({_plain(x) for x in g[d]}, key=str) for d in dims},
             }
         )
     return out
@@ -180,8 +175,7 @@ def main() -> None:
     max_matches = int(scored["matches"].max())
     n_at_max = int((scored["matches"] == max_matches).sum())
     per_free = sum(  # each number's own choices, as if tuned separately
-        free_choices([q], str(s["setting"].get("definition", "")), options)
-        for q, s in per.items()
+        free_choices([q], str(s["setting"].get("definition", "")), options) for q, s in per.items()
     )
     commit = subprocess.run(
         ["git", "rev-parse", "HEAD"],
@@ -232,8 +226,7 @@ def main() -> None:
         "per_quantity_free_choices": per_free,
         "per_quantity_matches": int(sum(v["matches"] for v in per.values())),
         "match_counts": {
-            int(k): int(v)
-            for k, v in scored["matches"].value_counts().sort_index().items()
+            int(k): int(v) for k, v in scored["matches"].value_counts().sort_index().items()
         },
     }
     payload["provenance"]["wall_s"] = round(time.time() - t0, 1)

@@ -82,22 +82,15 @@ def test_imdb_strip_html(real):
 
 
 @pytest.mark.data
-def test_env_var_is_used(data_dir, monkeypatch):
-    monkeypatch.setenv("POSGEOM_DATA_DIR", str(data_dir))
-    corpus = load_corpus("sst2", "validation")
-    assert len(corpus) == 872
-    assert corpus.source.endswith("dev.tsv")
-
-
-@pytest.mark.data
 def test_explicit_data_dir_overrides_env(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("POSGEOM_DATA_DIR", str(data_dir))
+    assert load_corpus("sst2", "validation").source.endswith("dev.tsv")
+    with pytest.raises(FileNotFoundError, match="data_dir"):
+        load_corpus("sst2", "validation", data_dir=tmp_path)  # the explicit (empty) folder wins
     monkeypatch.setenv("POSGEOM_DATA_DIR", str(tmp_path))  # an empty folder
     assert len(load_corpus("sst2", "validation", data_dir=data_dir)) == 872
     with pytest.raises(FileNotFoundError, match="POSGEOM_DATA_DIR"):
-        load_corpus("sst2", "validation")  # without data_dir the (empty) env folder is used
-    monkeypatch.setenv("POSGEOM_DATA_DIR", str(data_dir))
-    with pytest.raises(FileNotFoundError, match="data_dir"):
-        load_corpus("sst2", "validation", data_dir=tmp_path)  # the explicit (empty) folder wins
+        load_corpus("sst2", "validation")
 
 
 @pytest.mark.data
@@ -124,56 +117,31 @@ def _toy_corpus(k: int = 10) -> Corpus:
     return Corpus("toy", "train", [f"text {i}" for i in range(k)], np.arange(k) % 2)
 
 
-def test_sample_none_or_too_big_returns_all():
+def test_sample_of_none_or_too_many_is_everything():
     corpus = _toy_corpus()
-    assert corpus.sample(None).texts == corpus.texts
-    assert corpus.sample(10).texts == corpus.texts
-    assert corpus.sample(1000).texts == corpus.texts
+    for size in (None, 10, 1000):
+        assert corpus.sample(size).texts == corpus.texts
     assert len(corpus.sample(np.int64(4), seed=1)) == 4
+    for size in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="sample size"):
+            corpus.sample(size)
 
 
-@pytest.mark.parametrize("size", [0, -1, 2.5])
-def test_sample_bad_size(size):
-    with pytest.raises(ValueError, match="sample size"):
-        _toy_corpus().sample(size)
-
-
-# ----------------------------------------------------------------------------- bad input
-
-def test_unknown_dataset():
+def test_unknown_dataset_split_or_missing_files(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="dataset must be one of"):
         load_corpus("sst5", "train")
-
-
-@pytest.mark.parametrize(("dataset", "split"), [("imdb", "validation"), ("sst2", "dev"), ("sst2", "unsupervised")])
-def test_unknown_split(dataset, split):
-    with pytest.raises(ValueError, match=f"split must be one of .*{split!r}"):
-        load_corpus(dataset, split)
-
-
-def test_data_dir_without_files(tmp_path):
+    for dataset, split in (("imdb", "validation"), ("sst2", "dev"), ("sst2", "unsupervised")):
+        with pytest.raises(ValueError, match=f"split must be one of .*{split!r}"):
+            load_corpus(dataset, split)
     with pytest.raises(FileNotFoundError) as info:
         load_corpus("sst2", "train", data_dir=tmp_path)
     message = str(info.value)
-    assert "data_dir" in message
-    assert str(tmp_path) in message
+    assert "data_dir" in message and str(tmp_path) in message
     assert "sst2/train.tsv" in message and "imdb/train.jsonl.gz" in message  # the expected layout
-    with pytest.raises(FileNotFoundError, match="imdb/test.jsonl.gz"):
-        load_corpus("imdb", "test", data_dir=tmp_path)
-
-
-def test_no_data_dir_offline(monkeypatch):
     monkeypatch.delenv("POSGEOM_DATA_DIR", raising=False)
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(FileNotFoundError) as info:
+    with pytest.raises(FileNotFoundError, match="POSGEOM_DATA_DIR.*offline.*data_dir"):
         load_corpus("sst2", "validation")
-    message = str(info.value)
-    assert "POSGEOM_DATA_DIR" in message
-    assert "offline" in message
-    assert "data_dir" in message
-
-
-def test_empty_data_file(tmp_path):
     (tmp_path / "sst2").mkdir()
     (tmp_path / "sst2" / "train.tsv").write_text("sentence\tlabel\n", encoding="utf-8")
     with pytest.raises(ValueError, match="empty"):
@@ -194,8 +162,7 @@ def test_small_local_files(tmp_path):
     with gzip.open(tmp_path / "imdb" / "train.jsonl.gz", "wt", encoding="utf-8") as fh:
         fh.write("".join(json.dumps(r) + "\n" for r in rows))
     dev = load_corpus("sst2", "validation", data_dir=tmp_path)
-    assert dev.texts == ["it 's good", "bad film"]
-    assert dev.labels.tolist() == [1, 0]
+    assert dev.texts == ["it 's good", "bad film"] and dev.labels.tolist() == [1, 0]
     test = load_corpus("sst2", "test", data_dir=str(tmp_path))
     assert test.texts == ["some text", "more"] and test.labels.tolist() == [-1, -1]
     imdb = load_corpus("imdb", "train", data_dir=tmp_path)
@@ -203,62 +170,32 @@ def test_small_local_files(tmp_path):
     assert load_corpus("imdb", "train", data_dir=tmp_path, strip_html=False).texts[0] == rows[0]["text"]
 
 
-# ----------------------------------------------------------------------------- check_texts
-
-@pytest.mark.parametrize("bad", [42, None, 3.5, {"a", "b"}, (t for t in ["a"])])
-def test_check_texts_non_sequence(bad):
-    with pytest.raises(TypeError, match="texts must be a sequence"):
-        check_texts(bad)
-
-
-@pytest.mark.parametrize("bad", ["a single text", b"bytes"])
-def test_check_texts_string(bad):
-    with pytest.raises(TypeError, match="texts"):
-        check_texts(bad)
-
-
-def test_check_texts_empty():
-    with pytest.raises(ValueError, match="texts is empty"):
-        check_texts([])
-    with pytest.raises(ValueError, match="docs is empty"):
-        check_texts((), name="docs")
-
-
-def test_check_texts_non_str_item():
-    with pytest.raises(TypeError, match=r"texts\[1\] is a int"):
-        check_texts(["a", 3, "b"])
-    with pytest.raises(TypeError, match=r"docs\[0\]"):
-        check_texts([[101, 102]], name="docs")
-
-
-def test_check_texts_ok():
+def test_check_texts():
     assert check_texts(("a", "", "b")) == ["a", "", "b"]
     assert check_texts(_toy_corpus(3)) == ["text 0", "text 1", "text 2"]
+    for bad in (42, None, 3.5, {"a", "b"}, (t for t in ["a"]), "a single text", b"bytes"):
+        with pytest.raises(TypeError, match="texts must be a sequence"):
+            check_texts(bad)
+    with pytest.raises(ValueError, match="docs is empty"):
+        check_texts((), name="docs")
+    with pytest.raises(TypeError, match=r"texts\[1\] is a int"):
+        check_texts(["a", 3, "b"])
 
 
 # ----------------------------------------------------------------------------- synthetic corpus
 
 @pytest.mark.parametrize("kind", SYNTHETIC_KINDS)
-def test_synthetic_mu_rows_are_distributions(kind):
-    mu = synthetic_mu(kind, n=12, V=40, seed=5)
-    assert mu.shape == (12, 40)
-    assert np.all(mu >= 0)
-    np.testing.assert_allclose(mu.sum(axis=1), 1.0, atol=1e-12)
-    np.testing.assert_array_equal(mu, synthetic_mu(kind, n=12, V=40, seed=5))
-
-
-@pytest.mark.parametrize("kind", SYNTHETIC_KINDS)
-def test_synthetic_corpus_is_seeded(kind):
-    a = synthetic_corpus(kind, n=10, V=30, num_sequences=200, seed=1)
-    b = synthetic_corpus(kind, n=10, V=30, num_sequences=200, seed=1)
-    c = synthetic_corpus(kind, n=10, V=30, num_sequences=200, seed=2)
-    assert a.ids.shape == (200, 10) and a.ids.dtype == np.int64
-    assert (a.n, a.V) == (10, 30)
-    assert a.ids.min() >= 0 and a.ids.max() < 30
+def test_synthetic_corpus_is_seeded_and_drawn_from_its_mu(kind):
+    a = synthetic_corpus(kind, n=6, V=8, num_sequences=20_000, seed=7)
+    b = synthetic_corpus(kind, n=6, V=8, num_sequences=20_000, seed=7)
+    c = synthetic_corpus(kind, n=6, V=8, num_sequences=20_000, seed=8)
+    assert a.ids.shape == (20_000, 6) and a.ids.dtype == np.int64 and (a.n, a.V) == (6, 8)
+    assert np.all(a.mu >= 0) and np.allclose(a.mu.sum(axis=1), 1.0, atol=1e-12)
     np.testing.assert_array_equal(a.ids, b.ids)
-    np.testing.assert_array_equal(a.mu, b.mu)
-    assert not np.array_equal(a.ids, c.ids)
-    assert a.params["kind"] == kind and a.params["seed"] == 1
+    np.testing.assert_array_equal(a.mu, synthetic_mu(kind, n=6, V=8, seed=7))
+    assert not np.array_equal(a.ids, c.ids) and a.params["kind"] == kind and a.params["seed"] == 7
+    freq = np.stack([np.bincount(a.ids[:, i], minlength=8) for i in range(6)]) / 20_000
+    assert np.max(np.abs(freq - a.mu)) < 0.02
 
 
 def test_stationary_rows_identical():
@@ -292,20 +229,13 @@ def test_lowrank_gram_rank(rank):
     assert np.sum(s_drift > 1e-10 * s_drift[0]) > 5
 
 
-@pytest.mark.parametrize("kind", SYNTHETIC_KINDS)
-def test_empirical_frequencies_approach_mu(kind):
-    corpus = synthetic_corpus(kind, n=6, V=8, num_sequences=20_000, seed=7)
-    freq = np.stack([np.bincount(corpus.ids[:, i], minlength=corpus.V) for i in range(corpus.n)]) / 20_000
-    assert np.max(np.abs(freq - corpus.mu)) < 0.02
-
-
 def test_synthetic_bad_input():
     with pytest.raises(ValueError, match="kind must be one of"):
         synthetic_mu("zigzag", 4, 8)
     with pytest.raises(ValueError, match="kind must be one of"):
         synthetic_corpus("zigzag", n=4, V=8)
     for rank in (0, 9):
-        with pytest.raises(ValueError, match="rank must be in"):
+        with pytest.raises(ValueError, match=r"rank must be an integer in \[1, 8\]"):
             synthetic_mu("lowrank", 4, 8, rank=rank)
     with pytest.raises(ValueError, match="n >= 1 and V >= 2"):
         synthetic_mu("drift", 0, 8)

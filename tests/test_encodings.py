@@ -1,4 +1,5 @@
-"""Property tests of posgeom_utils.encodings: the encodings compared in *MDS optimality* and *Low rank*.
+"""Property tests of posgeom_utils.encodings: the encodings compared in *The optimal encoding: classical MDS
+on Hellinger geometry* and *How many numbers does a positional encoding need?*.
 
 Each test checks one statement of a theorem box (the book links to these function names): sinusoidal and
 RoPE geometries depend only on the offset i - j, one RoPE head is the sinusoidal encoding, ALiBi is a
@@ -73,9 +74,9 @@ def test_sinusoidal_shape_and_values(n, d, base):
         with pytest.raises(ValueError, match="d must be even"):
             sinusoidal(n, bad_d)
     for bad_n in (0, -2, 2.5):
-        with pytest.raises(ValueError, match="n must be a positive integer"):
+        with pytest.raises(ValueError, match="n must be an integer >= 1"):
             sinusoidal(bad_n, d)
-    with pytest.raises(ValueError, match="d must be a positive integer"):
+    with pytest.raises(ValueError, match="d must be an integer >= 1"):
         sinusoidal(n, 0)
 
 
@@ -120,7 +121,7 @@ def test_rope_equals_sinusoidal_per_head(n, d_head, n_heads):
         scores = [(rotation(i, d_head) @ q) @ (rotation(i + shift, d_head) @ k) for i in range(0, n, 2)]
         np.testing.assert_allclose(scores, scores[0], rtol=0, atol=1e-9)
         assert scores[0] == pytest.approx(q @ rotation(shift, d_head) @ k, abs=1e-9)
-    with pytest.raises(ValueError, match="n_heads must be a positive integer"):
+    with pytest.raises(ValueError, match="n_heads must be an integer >= 1"):
         rope(n, d_head, 0)
 
 
@@ -139,7 +140,7 @@ def test_alibi_slopes_standard_schedule():
     np.testing.assert_allclose(twelve, np.r_[2.0 ** -np.arange(1, 9), 2.0 ** (-0.5 * np.array([1, 3, 5, 7]))],
                                rtol=1e-12)
     for bad in (0, -4, 2.0):
-        with pytest.raises(ValueError, match="n_heads must be a positive integer"):
+        with pytest.raises(ValueError, match="n_heads must be an integer >= 1"):
             alibi_slopes(bad)
 
 
@@ -198,7 +199,7 @@ def test_learned_embeddings_from_three_architectures(packaged_model):
     np.testing.assert_array_equal(learned_position_embeddings(roberta, 38), table[2:40])
     with pytest.raises(ValueError, match="n=39 exceeds the model's 38 learned positions"):
         learned_position_embeddings(roberta, 39)
-    with pytest.raises(ValueError, match="n must be a positive integer"):
+    with pytest.raises(ValueError, match="n must be an integer >= 1"):
         learned_position_embeddings(bert, 0)
 
     relative = BertModel(BertConfig(**TINY, position_embedding_type="relative_key"))
@@ -238,7 +239,7 @@ def test_mds_encoding_reproduces_hellinger(seed):
     np.testing.assert_allclose(euclidean(two), sklearn_mds_distances(D, 2), rtol=0, atol=1e-8)
     with pytest.raises(ValueError, match="r=5 exceeds the width d=3"):
         mds_encoding(D, d=3, r=5)
-    with pytest.raises(ValueError, match="d must be a positive integer"):
+    with pytest.raises(ValueError, match="d must be an integer >= 1"):
         mds_encoding(D, d=0)
 
 
@@ -274,7 +275,7 @@ def test_lowrank_module_parameters_and_init():
         LowRankPositionalEncoding(10, 8, 9)
     with pytest.raises(ValueError, match=r"r=3 must be at most min\(n, d\) = 2"):
         LowRankPositionalEncoding.from_mds(D, d=2, r=3)
-    with pytest.raises(ValueError, match="r must be a positive integer"):
+    with pytest.raises(ValueError, match="r must be an integer >= 1"):
         LowRankPositionalEncoding(10, 8, 0)
 
     target = torch.randn(n, d)
@@ -297,5 +298,15 @@ def test_random_encoding_seeded():
     assert a.shape == (20, 8)
     assert 0.01 < a.std() < 0.03  # BERT's init scale 0.02 by default
     assert random_encoding(20, 8, seed=3, scale=1.0).std() > 0.5
-    with pytest.raises(ValueError, match="n must be a positive integer"):
+    with pytest.raises(ValueError, match="n must be an integer >= 1"):
         random_encoding(0, 8)
+
+
+def test_standard_encodings_bad_width_or_heads():
+    from posgeom_utils.encodings import standard_encodings
+
+    D = hellinger_distances(dirichlet_mu(0, 8, 20))
+    for d, n_heads, match in ((8, 0, "n_heads must be an integer >= 1"), (8, -2, "n_heads"),
+                              (0, 2, "d must be an integer >= 1"), (8, 3, "divisible by n_heads=3")):
+        with pytest.raises(ValueError, match=match):
+            standard_encodings(D, d=d, n_heads=n_heads)

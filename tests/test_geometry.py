@@ -1,11 +1,5 @@
-"""Property tests of posgeom_utils.geometry: the statements of the *MDS optimality* chapter.
-
-Each test checks one statement of a theorem box (the book links to these function names): Hellinger is a
-Euclidean metric in [0, 1], full-rank classical MDS reproduces it exactly, the stress is invariant under
-rigid motions, fitting the scale never hurts, SMACOF never ends above classical MDS, circulant geometries
-have Fourier coordinates, and planted ranks are recovered. The basics of ``hellinger_distances`` (direct
-formula, sparse input, bad ``mu``) are in test_geometry_basics.py.
-"""
+"""posgeom_utils.geometry: the statements of *The optimal encoding: classical MDS on Hellinger geometry*
+(the book links to these function names), the Hellinger and Fisher-Rao definitions, and bad input."""
 
 from __future__ import annotations
 
@@ -15,16 +9,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial.distance import cdist
 
+import scipy.sparse as sp
+
+from posgeom_utils import checks
 from posgeom_utils.corpus import synthetic_mu
 from posgeom_utils.geometry import (
     best_scale,
-    check_distance_matrix,
+    bhattacharyya,
     classical_mds,
     double_centred_gram,
     effective_rank,
     fisher_rao_distances,
     hellinger_distances,
     is_circulant,
+    linear_cka,
     pairwise_distances,
     smacof,
     stress,
@@ -276,17 +274,6 @@ def test_smacof_never_worse_than_classical(mu, seed):
             assert stress(P, D) <= classical + 1e-12, (name, r)
 
 
-def test_smacof_improves_on_non_euclidean_input():
-    """On a non-Euclidean D SMACOF does lower the stress of classical MDS (it is not a no-op)."""
-    gains = []
-    for seed in range(5):
-        D = random_dissimilarity(seed, 12)
-        for r in (1, 2, 3):
-            gains.append(stress(classical_mds(D, r).P, D) - stress(smacof(D, r), D))
-    assert min(gains) >= -1e-12
-    assert max(gains) > 1e-3
-
-
 # --------------------------------------------------------------------------- circulant geometries
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -422,128 +409,54 @@ def test_lowrank_planted_synthetic_corpus(k):
         f"top eigenvalues {result.eigenvalues[:k + 2]}")
 
 
-# --------------------------------------------------------------------------- bad input
-
-def _callers(P: np.ndarray | None = None):
-    """Every public entry point that validates a distance matrix D."""
-    return [
-        check_distance_matrix,
-        double_centred_gram,
-        classical_mds,
-        lambda D: smacof(D, 1),
-        lambda D: stress(np.zeros((np.shape(D)[0], 2)) if P is None else P, D),
-    ]
+# --------------------------------------------------------------------------- definitions
 
 
-@pytest.mark.parametrize("caller", range(5))
-def test_rejects_non_square_distance_matrix(caller):
-    for D in (np.zeros((3, 4)), np.zeros(3), np.zeros((0, 0))):
-        with pytest.raises(ValueError, match="D must be a square"):
-            _callers()[caller](D)
+def by_definition(mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """BC_ij = sum_v sqrt(p_v q_v) and d_H = ||sqrt p - sqrt q|| / sqrt 2, pair by pair (the reference)."""
+    n = mu.shape[0]
+    bc = np.array([[np.sum(np.sqrt(mu[i] * mu[j])) for j in range(n)] for i in range(n)])
+    dh = np.array([[np.linalg.norm(np.sqrt(mu[i]) - np.sqrt(mu[j])) / np.sqrt(2) for j in range(n)]
+                   for i in range(n)])
+    return bc, dh
 
 
-@pytest.mark.parametrize("caller", range(5))
-def test_rejects_asymmetric_distance_matrix(caller):
-    D = np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 1.0], [2.5, 1.0, 0.0]])
-    with pytest.raises(ValueError, match="D is not symmetric"):
-        _callers()[caller](D)
+@PROPERTY
+@given(random_mu(min_n=1, max_n=7))
+def test_bhattacharyya_and_hellinger_against_definitions(mu):
+    """BC and d_H against their definitions, and d_H^2 = 1 - BC between the two independent references
+    (d_H itself only to ~1e-8 where two rows almost coincide: 1 - BC cancels)."""
+    bc_ref, dh_ref = by_definition(mu)
+    np.testing.assert_allclose(dh_ref**2, 1 - bc_ref, rtol=0, atol=1e-12)
+    bc = bhattacharyya(mu)
+    assert np.all((bc >= 0) & (bc <= 1)) and np.all(np.diag(bc) == 1.0)
+    np.testing.assert_allclose(bc, bc_ref, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(hellinger_distances(mu) ** 2, dh_ref**2, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(hellinger_distances(mu), dh_ref, rtol=0, atol=1e-7)
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-@pytest.mark.parametrize("caller", range(5))
-def test_rejects_non_finite_distance_matrix(caller, bad):
-    D = np.array([[0.0, 1.0, bad], [1.0, 0.0, 1.0], [bad, 1.0, 0.0]])
-    with pytest.raises(ValueError, match="D contains NaN or inf"):
-        _callers()[caller](D)
+def test_edge_cases_identical_and_disjoint_rows():
+    p = np.array([0.5, 0.25, 0.125, 0.125])  # dyadic: sqrt(p) . sqrt(p) is exactly 1
+    assert np.all(hellinger_distances(np.stack([p, p, p])) == 0.0)
+    mu = np.array([[0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.3, 0.7], [0.0, 0.0, 0.0, 1.0]])
+    D = hellinger_distances(mu)
+    assert D[0, 1] == 1.0 and D[0, 2] == 1.0
+    np.testing.assert_allclose(D[1, 2], np.sqrt(1 - np.sqrt(0.7)), atol=1e-12)
+    np.testing.assert_allclose(fisher_rao_distances(mu)[0, 1:], [np.pi, np.pi], atol=1e-15)
 
 
-@pytest.mark.parametrize("caller", range(5))
-def test_rejects_negative_distances(caller):
-    D = np.array([[0.0, -1.0, 2.0], [-1.0, 0.0, 1.0], [2.0, 1.0, 0.0]])
-    with pytest.raises(ValueError, match="D has negative entries"):
-        _callers()[caller](D)
-
-
-@pytest.mark.parametrize("caller", range(5))
-def test_rejects_non_zero_diagonal(caller):
-    D = np.array([[0.0, 1.0, 2.0], [1.0, 0.1, 1.0], [2.0, 1.0, 0.0]])
-    with pytest.raises(ValueError, match="D has a non-zero diagonal"):
-        _callers()[caller](D)
-
-
-@pytest.mark.parametrize("r", [0, -1])
-def test_rejects_r_below_one(r):
-    D = hellinger_distances(dirichlet_mu(0, 5, 8))
-    with pytest.raises(ValueError, match=r"r must be an integer in \[1, n=5\]"):
-        classical_mds(D, r)
-    with pytest.raises(ValueError, match=r"r must be an integer"):
-        smacof(D, r)
-
-
-def test_rejects_r_above_n():
-    D = hellinger_distances(dirichlet_mu(0, 5, 8))
-    classical_mds(D, 5)  # r = n is fine
-    with pytest.raises(ValueError, match=r"r must be an integer in \[1, n=5\], got 6"):
-        classical_mds(D, 6)
-    with pytest.raises(ValueError, match=r"r must be an integer in \[1, n=5\]"):
-        smacof(D, 6)
-
-
-@pytest.mark.parametrize("r", [2.0, np.float64(2.0), "2", True, [2]])
-def test_rejects_r_not_int(r):
-    D = hellinger_distances(dirichlet_mu(0, 5, 8))
-    assert classical_mds(D, np.int64(2)).P.shape == (5, 2)  # numpy integers are fine
-    with pytest.raises(ValueError, match="r must be an integer"):
-        classical_mds(D, r)
-    with pytest.raises(ValueError, match="r must be an integer"):
-        smacof(D, r)
-
-
-@pytest.mark.parametrize("r", [0, 6, 2.0])
-def test_smacof_rejects_bad_r_with_init(r):
-    """smacof validates r even when it is given a start (init of matching shape)."""
-    D = hellinger_distances(dirichlet_mu(0, 5, 8))
-    init = np.random.default_rng(0).normal(size=(5, int(r)))
-    with pytest.raises(ValueError, match="r must be an integer"):
-        smacof(D, r, init=init)
-
-
-def test_stress_rejects_wrong_number_of_rows():
-    D = hellinger_distances(dirichlet_mu(0, 5, 8))
-    for P in (np.zeros((4, 2)), np.zeros((6, 2)), np.zeros(5), np.zeros((5, 2, 1))):
-        with pytest.raises(ValueError, match="P must have one row per position"):
-            stress(P, D)
-
-
-def test_stress_rejects_unknown_scale():
-    D = hellinger_distances(dirichlet_mu(0, 5, 8))
-    P = np.random.default_rng(0).normal(size=(5, 2))
-    for bad in ("bogus", "Fitted", None):
-        with pytest.raises(ValueError, match="scale must be 'raw' or 'fitted'"):
-            stress(P, D, bad)
-        with pytest.raises(ValueError, match="scale must be 'raw' or 'fitted'"):
-            stress_of_distances(pairwise_distances(P), D, bad)
-
-
-def test_smacof_rejects_init_of_wrong_shape():
-    D = hellinger_distances(dirichlet_mu(0, 5, 8))
-    for init in (np.zeros((5, 3)), np.zeros((4, 2)), np.zeros(10)):
-        with pytest.raises(ValueError, match=r"init must have shape \(5, 2\)"):
-            smacof(D, 2, init=init)
-
-
-def test_stress_rejects_all_zero_distances():
-    P = np.random.default_rng(0).normal(size=(4, 2))
-    for scale in ("raw", "fitted"):
-        with pytest.raises(ValueError, match="D is all zeros"):
-            stress(P, np.zeros((4, 4)), scale)
+@pytest.mark.parametrize("fmt", [sp.csr_array, sp.csr_matrix, sp.coo_array])
+def test_sparse_equals_dense(fmt):
+    mu = dirichlet_mu(4, 8, 40, alpha=0.2, sparsity=0.6)
+    sparse = fmt(mu)
+    np.testing.assert_allclose(hellinger_distances(sparse), hellinger_distances(mu), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(fisher_rao_distances(sparse), fisher_rao_distances(mu), rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(sparse.toarray(), mu)  # the input was not modified in place
 
 
 def test_linear_cka_invariances_and_range():
     """Linear CKA is 1 under orthogonal maps, translation and scaling, symmetric, in [0, 1], and low for
     independent random representations."""
-    from posgeom_utils.geometry import linear_cka
-
     for seed in range(5):
         rng = np.random.default_rng(seed)
         X = rng.normal(size=(30, 12))
@@ -553,11 +466,111 @@ def test_linear_cka_invariances_and_range():
         value = linear_cka(X, Y)
         assert value == pytest.approx(linear_cka(Y, X))
         assert 0.0 <= value <= 1.0 and value < 0.6
-        Xc = X - X.mean(0)  # the definition, written in feature space
-        Yc = Y - Y.mean(0)
+        Xc, Yc = X - X.mean(0), Y - Y.mean(0)  # the definition, written in feature space
         expected = np.linalg.norm(Yc.T @ Xc) ** 2 / (np.linalg.norm(Xc.T @ Xc) * np.linalg.norm(Yc.T @ Yc))
         assert value == pytest.approx(expected)
+
+
+# --------------------------------------------------------------------------- bad input
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(("mu", "match"), [
+    (np.array([0.5, 0.5]), "2-D"),
+    (np.zeros((0, 3)), "2-D"),
+    (np.array([[0.5, np.nan], [0.5, 0.5]]), "NaN or inf"),
+    (np.array([[1.5, -0.5], [0.5, 0.5]]), "negative"),
+    (np.array([[0.5, 0.4], [0.5, 0.5]]), "row 0 sums to"),
+    (sp.csr_array(np.array([[0.5, 0.5], [0.5, 0.6]])), "row 1 sums to"),
+])
+def test_bad_distributions(mu, match):
+    for func in (hellinger_distances, fisher_rao_distances, bhattacharyya):
+        with pytest.raises(ValueError, match=f"^mu .*{match}"):
+            func(mu)
+    with pytest.raises(ValueError, match="^weights "):
+        checks.probability_rows(mu, name="weights")
+
+
+BAD_D = [
+    (np.zeros((3, 4)), "D must be a square"),
+    (np.zeros(3), "D must be a square"),
+    (np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 1.0], [2.5, 1.0, 0.0]]), "D is not symmetric"),
+    (np.array([[0.0, 1.0, NAN], [1.0, 0.0, 1.0], [NAN, 1.0, 0.0]]), "D contains NaN or inf"),
+    (np.array([[0.0, 1.0, np.inf], [1.0, 0.0, 1.0], [np.inf, 1.0, 0.0]]), "D contains NaN or inf"),
+    (np.array([[0.0, -1.0, 2.0], [-1.0, 0.0, 1.0], [2.0, 1.0, 0.0]]), "D has negative entries"),
+    (np.array([[0.0, 1.0, 2.0], [1.0, 0.1, 1.0], [2.0, 1.0, 0.0]]), "D has a non-zero diagonal"),
+]
+
+
+@pytest.mark.parametrize(("D", "match"), BAD_D)
+def test_every_entry_point_rejects_a_bad_distance_matrix(D, match):
+    for call in (double_centred_gram, classical_mds, lambda D: smacof(D, 1),
+                 lambda D: stress(np.zeros((np.shape(D)[0], 2)), D)):
+        with pytest.raises(ValueError, match=match):
+            call(D)
+
+
+@pytest.mark.parametrize("r", [0, -1, 6, 2.0, np.float64(2.0), "2", True, [2]])
+def test_rank_must_be_an_integer_from_one_to_n(r):
+    D = hellinger_distances(dirichlet_mu(0, 5, 8))
+    assert classical_mds(D, np.int64(5)).P.shape == (5, 5)  # numpy integers, and r = n, are fine
+    for call in (lambda: classical_mds(D, r), lambda: smacof(D, r),
+                 lambda: smacof(D, r, init=np.zeros((5, 2)))):
+        with pytest.raises(ValueError, match=r"r must be an integer in \[1, 5\]"):
+            call()
+
+
+def test_stress_and_smacof_bad_arguments():
+    D = hellinger_distances(dirichlet_mu(0, 5, 8))
+    P = np.random.default_rng(0).normal(size=(5, 2))
+    for bad_P in (np.zeros((4, 2)), np.zeros(5), np.zeros((5, 2, 1))):
+        with pytest.raises(ValueError, match="P must have one row per position"):
+            stress(bad_P, D)
+    for bad in ("bogus", "Fitted", None):
+        with pytest.raises(ValueError, match="scale must be one of 'raw', 'fitted'"):
+            stress(P, D, bad)
+        with pytest.raises(ValueError, match="scale must be one of 'raw', 'fitted'"):
+            stress_of_distances(pairwise_distances(P), D, bad)
+    for init in (np.zeros((5, 3)), np.zeros((4, 2))):
+        with pytest.raises(ValueError, match=r"init must have shape \(5, 2\)"):
+            smacof(D, 2, init=init)
+    for scale in ("raw", "fitted"):
+        with pytest.raises(ValueError, match="D is all zeros"):
+            stress(P[:4], np.zeros((4, 4)), scale)
+    bad = D.copy()
+    bad[0, 1] = bad[1, 0] = NAN
+    with pytest.raises(ValueError, match="E contains NaN or inf"):
+        stress_of_distances(bad, D)
+    with pytest.raises(ValueError, match="E and D must have the same shape"):
+        stress_of_distances(D[:4, :4], D)
+    with pytest.raises(ValueError, match="E must be a square"):
+        stress_of_distances(D[:, :4], D)
+
+
+@pytest.mark.parametrize("tol", [-1, NAN, 1.0, np.inf, True])
+def test_eigenvalue_threshold_must_be_in_the_unit_interval(tol):
+    with pytest.raises(ValueError, match=r"tol must be a finite number >= 0 and < 1, got tol="):
+        effective_rank(np.array([2.0, 1.0]), tol=tol)
+    with pytest.raises(ValueError, match=r"tol must be a finite number"):
+        classical_mds(hellinger_distances(dirichlet_mu(0, 5, 8)), tol=tol)
+    with pytest.raises(ValueError, match="eigenvalues contains NaN or inf"):
+        effective_rank(np.array([NAN, 1.0]))
+
+
+def test_linear_cka_never_returns_nan():
+    X = np.random.default_rng(1).normal(size=(5, 4))
+    bad = X.copy()
+    bad[2, 1] = NAN
+    with pytest.raises(ValueError, match="X contains NaN or inf"):
+        linear_cka(bad, X)
+    with pytest.raises(ValueError, match="Y contains NaN or inf"):
+        linear_cka(X, np.where(X > 0, np.inf, X))
     with pytest.raises(ValueError, match="same n"):
-        linear_cka(np.ones((3, 2)), np.ones((4, 2)))
-    with pytest.raises(ValueError, match="zero variance"):
-        linear_cka(np.ones((3, 2)), np.random.default_rng(0).normal(size=(3, 2)))
+        linear_cka(X, X[:4])
+    for constant in (np.zeros((5, 3)), np.full((5, 3), 0.1), np.tile([[1e8, -3.7, 0.3]], (5, 1))):
+        for args in ((X, constant), (constant, X)):
+            with pytest.raises(ValueError, match="zero variance"):
+                linear_cka(*args)
+    with pytest.raises(ValueError, match=r"CKA is not finite.*rescale"):
+        linear_cka(X, 1e-200 * X)

@@ -10,7 +10,6 @@ import random
 
 import numpy as np
 import pytest
-import torch
 
 from posgeom_utils.probes import (
     LayerMeans,
@@ -21,17 +20,6 @@ from posgeom_utils.probes import (
 )
 
 N = 12
-
-
-@pytest.fixture(scope="module")
-def tiny_bert():
-    from transformers import BertConfig, BertModel
-
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=64,
-                        max_position_embeddings=64)
-    return BertModel(config).eval()
 
 
 @pytest.fixture(scope="module")

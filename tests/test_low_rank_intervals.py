@@ -1,4 +1,4 @@
-"""The helpers behind the resampled rank ranges of the *Low rank* chapter.
+"""The helpers behind the resampled rank ranges of *How many numbers does a positional encoding need?*.
 
 They are defined in ``notebooks/low_rank.md`` (visible code, not the science package); these tests
 read their source from the chapter and check them against a brute-force search.

@@ -77,66 +77,6 @@ def test_counts_match_brute_force(texts, tokenizer, special_tokens, align, n):
     assert result.params["special_tokens"] == special_tokens and result.params["align"] == align
 
 
-@pytest.mark.parametrize("align", ["start", "end"])
-def test_batching_and_buffering_do_not_matter(texts, tokenizer, align):
-    one = positional_marginals(texts, tokenizer, n=20, align=align, cache=False)
-    many = positional_marginals(texts, tokenizer, n=20, align=align, cache=False, batch_size=1, buffer_tokens=1)
-    assert (one.counts != many.counts).nnz == 0
-    np.testing.assert_array_equal(one.support, many.support)
-    np.testing.assert_array_equal(one.length_hist, many.length_hist)
-
-
-def test_support_and_mu_rows(texts, tokenizer):
-    n = 16
-    result = positional_marginals(texts, tokenizer, n=n, cache=False, batch_size=5)
-    model_lengths = [len(tokenizer(t, truncation=True, max_length=n)["input_ids"]) for t in texts]
-    for i in range(n):
-        assert result.support[i] == sum(length > i for length in model_lengths)
-    assert np.all(np.diff(result.support) <= 0)  # non-increasing
-    np.testing.assert_array_equal(result.support, np.asarray(result.counts.sum(axis=1)).ravel())
-    mu = result.mu()
-    assert mu.shape == (n, len(tokenizer))
-    np.testing.assert_allclose(mu.sum(axis=1), 1.0, atol=1e-12)
-    assert np.all(mu >= 0)
-
-
-@pytest.mark.parametrize("align", ["start", "end"])
-def test_keep_special_point_masses(texts, tokenizer, align):
-    result = positional_marginals(texts, tokenizer, n=10, special_tokens="keep", align=align, cache=False)
-    mu = result.mu()
-    expected = tokenizer.cls_token_id if align == "start" else tokenizer.sep_token_id
-    assert mu[0, expected] == 1.0
-    assert np.count_nonzero(mu[0]) == 1
-
-
-def test_drop_has_no_specials(texts, tokenizer):
-    result = positional_marginals(texts, tokenizer, n=10, special_tokens="drop", cache=False)
-    specials = [tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id]
-    assert result.counts[:, specials].sum() == 0
-    assert result.num_sequences == len(texts)
-
-
-@pytest.mark.parametrize("special_tokens", ["keep", "drop"])
-def test_padding_never_counted(texts, tokenizer, special_tokens):
-    assert tokenizer.pad_token_id is not None
-    result = positional_marginals(texts, tokenizer, n=48, special_tokens=special_tokens, cache=False,
-                                  batch_size=8)
-    assert result.counts[:, [tokenizer.pad_token_id]].sum() == 0
-    # short sequences add nothing beyond their length: the last position is reached by few sequences
-    assert result.support[-1] < len(texts)
-    assert result.counts.sum() == sum(min(length, 48) * count for length, count in enumerate(result.length_hist))
-
-
-@pytest.mark.parametrize("special_tokens", ["keep", "drop"])
-def test_length_hist_is_untruncated(texts, tokenizer, special_tokens):
-    result = positional_marginals(texts, tokenizer, n=5, special_tokens=special_tokens, cache=False, batch_size=6)
-    add = special_tokens == "keep"
-    lengths = [len(tokenizer(t, add_special_tokens=add)["input_ids"]) for t in texts]
-    expected = np.bincount(lengths)
-    np.testing.assert_array_equal(np.trim_zeros(result.length_hist, "b"), expected)
-    assert max(lengths) > 5  # the histogram really is of untruncated lengths
-
-
 def test_corpus_input(tokenizer):
     texts = random_texts(seed=3, num=12, max_words=10)
     corpus = Corpus("toy", "train", texts, np.zeros(len(texts), dtype=np.int64))
@@ -175,14 +115,13 @@ def test_cache_false_writes_nothing(texts, tokenizer, fresh_cache):
     assert not list(fresh_cache.rglob("*.npz"))
 
 
-@pytest.mark.parametrize("special_tokens", ["keep", "drop"])
-def test_cache_key_ignores_tokenizer_call_state(texts, special_tokens, fresh_cache, monkeypatch):
+def test_cache_key_ignores_tokenizer_call_state(texts, fresh_cache, monkeypatch):
     """Calling the tokenizer (which sets its backend's truncation/padding state) must not change the cache
     key: the same texts, tokenizer and parameters must hit the cache whatever was tokenized before."""
     from posgeom_utils.models import load_tokenizer
 
     tok = load_tokenizer()  # a private instance, in the state from_pretrained leaves it in
-    first = positional_marginals(texts, tok, n=6, special_tokens=special_tokens, cache=True)
+    first = positional_marginals(texts, tok, n=6, cache=True)
     tok("an unrelated call", truncation=True, max_length=4)
     tok(["another", "call with padding"], padding="max_length", max_length=9)
 
@@ -190,30 +129,22 @@ def test_cache_key_ignores_tokenizer_call_state(texts, special_tokens, fresh_cac
         raise AssertionError("cache miss: the key changed although nothing that matters changed")
 
     monkeypatch.setattr(marginals_module, "count_batches", boom)
-    second = positional_marginals(texts, tok, n=6, special_tokens=special_tokens, cache=True)
+    second = positional_marginals(texts, tok, n=6, cache=True)
     assert (first.counts != second.counts).nnz == 0
     assert len(list((fresh_cache / "marginals").glob("*.npz"))) == 1
 
 
-def test_cache_key_separates_texts_that_join_alike(tokenizer, fresh_cache):
-    """Two different corpora must not share a cache entry (here: texts that contain the join character)."""
-    joined = positional_marginals(["good film\x1ebad film"], tokenizer, n=4, special_tokens="drop", min_count=1, cache=True)
-    split = positional_marginals(["good film", "bad film"], tokenizer, n=4, special_tokens="drop", min_count=1, cache=True)
-    assert joined.num_sequences == 1
-    assert split.num_sequences == 2
-
-
-def test_cache_key_separates_corpora_with_same_name_and_size(tokenizer, fresh_cache):
-    """Two Corpus objects with the same name, split and size but different texts (e.g. the positive and
-    the negative half of a split) must not share a cache entry."""
+def test_cache_key_separates_different_texts(tokenizer, fresh_cache):
+    """Texts that join alike, and two corpora with the same name, split and size, get their own entries."""
+    joined = positional_marginals(["good film\x1ebad film"], tokenizer, n=4, special_tokens="drop", min_count=1)
+    split = positional_marginals(["good film", "bad film"], tokenizer, n=4, special_tokens="drop", min_count=1)
+    assert joined.num_sequences == 1 and split.num_sequences == 2
     labels = np.zeros(2, dtype=np.int64)
     pos = Corpus("imdb", "train", ["great film", "loved it"], labels, meta={"strip_html": True})
     neg = Corpus("imdb", "train", ["awful", "bad bad bad"], labels, meta={"strip_html": True})
-    a = positional_marginals(pos, tokenizer, n=1, special_tokens="drop", cache=True)
-    b = positional_marginals(neg, tokenizer, n=1, special_tokens="drop", cache=True)
-    assert a.counts[0, tokenizer.convert_tokens_to_ids("great")] == 1
-    assert b.counts[0, tokenizer.convert_tokens_to_ids("great")] == 0
-    assert b.counts[0, tokenizer.convert_tokens_to_ids("awful")] == 1
+    great = tokenizer.convert_tokens_to_ids("great")
+    assert positional_marginals(pos, tokenizer, n=1, special_tokens="drop").counts[0, great] == 1
+    assert positional_marginals(neg, tokenizer, n=1, special_tokens="drop").counts[0, great] == 0
 
 
 # ----------------------------------------------------------------------------- min_count and n
@@ -242,36 +173,24 @@ def test_n_longer_than_every_sequence(tokenizer):
     assert positional_marginals(texts, tokenizer, n=longest, cache=False).n == longest
 
 
-def test_min_count_too_high(texts, tokenizer):
-    with pytest.raises(ValueError, match="min_count"):
-        positional_marginals(texts, tokenizer, n=8, min_count=len(texts) + 1, cache=False)
-    with pytest.raises(ValueError, match="min_count"):
-        positional_marginals(texts, tokenizer, n=8, min_count=0, cache=False)
+def test_bad_counting_options(texts, tokenizer):
+    def count(texts=("a text",), **kwargs):
+        return positional_marginals(list(texts) if isinstance(texts, tuple) else texts, tokenizer,
+                                    **{"n": 4, "cache": False, **kwargs})
 
-
-@pytest.mark.parametrize("n", [0, -3, 2.0, "8", None, True])
-def test_bad_n(tokenizer, n):
-    with pytest.raises(ValueError, match="n must be a positive integer"):
-        positional_marginals(["a text"], tokenizer, n=n, cache=False)
-
-
-def test_n_too_small_for_specials(tokenizer):
-    with pytest.raises(ValueError, match="special tokens"):
-        positional_marginals(["a text"], tokenizer, n=2, special_tokens="keep", cache=False)
-    assert positional_marginals(["a text"], tokenizer, n=2, special_tokens="drop", cache=False).n == 2
-
-
-def test_bad_options(tokenizer):
-    with pytest.raises(ValueError, match="special_tokens must be one of"):
-        positional_marginals(["a text"], tokenizer, n=4, special_tokens="bogus", cache=False)
-    with pytest.raises(ValueError, match="align must be one of"):
-        positional_marginals(["a text"], tokenizer, n=4, align="bogus", cache=False)
-    with pytest.raises(ValueError, match="batch_size"):
-        positional_marginals(["a text"], tokenizer, n=4, batch_size=0, cache=False)
-    with pytest.raises(ValueError, match="texts is empty"):
-        positional_marginals([], tokenizer, n=4, cache=False)
+    for n in (0, -3, 2.0, "8", None, True):
+        with pytest.raises(ValueError, match="n must be an integer >= 1"):
+            count(n=n)
+    for kwargs, match in (({"n": 8, "min_count": len(texts) + 1, "texts": texts}, "min_count"),
+                          ({"n": 8, "min_count": 0, "texts": texts}, "min_count"),
+                          ({"n": 2}, "no room for text"), ({"special_tokens": "bogus"}, "special_tokens must be"),
+                          ({"align": "bogus"}, "align must be one of"), ({"batch_size": 0}, "batch_size"),
+                          ({"texts": []}, "texts is empty")):
+        with pytest.raises(ValueError, match=match):
+            count(**kwargs)
     with pytest.raises(TypeError, match="texts"):
-        positional_marginals("a text", tokenizer, n=4, cache=False)
+        count(texts="a text")
+    assert count(n=2, special_tokens="drop").n == 2
 
 
 # ----------------------------------------------------------------------------- derived quantities
@@ -294,8 +213,9 @@ HAND_SMOOTHED = {
 def test_smoothing(a):
     tiny = marginals_from_ids(np.array([[0, 1], [0, 2], [1, 2]]), V=4)
     np.testing.assert_allclose(tiny.mu(smoothing=a), HAND_SMOOTHED[a], rtol=1e-12, atol=1e-15)
-    with pytest.raises(ValueError, match="smoothing"):
-        tiny.mu(smoothing=-0.5)
+    for bad in (-0.5, float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match=r"smoothing must be a finite number >= 0.*smoothing="):
+            tiny.mu(smoothing=bad)
 
 
 def test_smoothing_fills_unreached_positions(tokenizer):
@@ -316,6 +236,9 @@ def test_entropy_brute_force(result, base):
     np.testing.assert_allclose(result.entropy(base=base), expected, rtol=1e-12, atol=1e-12)
     assert result.entropy()[0] == 0.0  # [CLS]: a point mass
     assert result.entropy()[5] > 1.0
+    for bad in (1, 1.0, 0, -2.0, float("nan")):
+        with pytest.raises(ValueError, match=r"base must be a finite number > 0.*base="):
+            result.entropy(base=bad)
 
 
 def test_top_tokens(result):
@@ -330,8 +253,11 @@ def test_top_tokens(result):
     ids, probs = result.top_tokens(0, k=3)
     assert len(ids) == 1 and probs[0] == 1.0  # [CLS] only
     for bad in (-1, result.n):
-        with pytest.raises(ValueError, match="position i"):
+        with pytest.raises(ValueError, match=r"i must be an integer in \[0, 19\]"):
             result.top_tokens(bad)
+    for k in (-1, 0, 2.5):
+        with pytest.raises(ValueError, match=r"k must be an integer >= 1.*k="):
+            result.top_tokens(0, k=k)
 
 
 def test_truncate(result):
@@ -339,8 +265,10 @@ def test_truncate(result):
     assert cut.n == 7 and cut.params["n"] == 7
     np.testing.assert_array_equal(cut.counts.toarray(), result.counts.toarray()[:7])
     np.testing.assert_array_equal(cut.length_hist, result.length_hist)
-    with pytest.raises(ValueError, match="n must be a positive integer"):
+    with pytest.raises(ValueError, match="n must be an integer >= 1"):
         result.truncate(n=0)
+    beyond = result.truncate(n=result.n + 5)
+    assert beyond.n == result.n and beyond.params["n"] == beyond.n  # params describe their arrays
 
 
 def test_save_load_round_trip(result, tmp_path):
@@ -388,19 +316,6 @@ def brute_force_ids(ids: np.ndarray, V: int, n: int):
     return counts
 
 
-@pytest.mark.parametrize("n", [None, 1, 4, 6, 100])
-def test_marginals_from_ids(n):
-    rng = np.random.default_rng(0)
-    ids = rng.integers(0, 9, size=(50, 6))
-    result = marginals_from_ids(ids, V=11, n=n)
-    m = 6 if n is None else min(n, 6)
-    assert (result.n, result.V) == (m, 11)
-    np.testing.assert_array_equal(result.counts.toarray(), brute_force_ids(ids, 11, m))
-    np.testing.assert_array_equal(result.support, np.full(m, 50))
-    assert result.num_sequences == 50 and result.length_hist[6] == 50
-    np.testing.assert_allclose(result.mu().sum(axis=1), 1.0, atol=1e-12)
-
-
 @settings(max_examples=50, deadline=None)
 @given(data=st.data())
 def test_property_marginals_from_ids(data):
@@ -429,15 +344,13 @@ def test_marginals_from_ids_bad_input(ids, V):
         marginals_from_ids(ids, V=V)
 
 
-def test_marginals_from_ids_bad_n():
-    with pytest.raises(ValueError, match="n must be a positive integer"):
-        marginals_from_ids(np.zeros((2, 3), dtype=np.int64), V=2, n=0)
-
-
-def test_truncate_beyond_n_keeps_params_consistent(result):
-    cut = result.truncate(n=result.n + 5)
-    assert cut.n == result.n
-    assert cut.params["n"] == cut.n  # params describe the arrays they travel with
+def test_marginals_from_ids_truncates_to_n():
+    ids = np.random.default_rng(0).integers(0, 9, size=(50, 6))
+    for n in (1, 4, 100):
+        m = marginals_from_ids(ids, V=11, n=n)
+        np.testing.assert_array_equal(m.counts.toarray(), brute_force_ids(ids, 11, min(n, 6)))
+    with pytest.raises(ValueError, match="n must be an integer >= 1"):
+        marginals_from_ids(ids, V=11, n=0)
 
 
 # ----------------------------------------------------------------------------- truncation views

@@ -1,4 +1,4 @@
-"""Tests for posgeom_utils.order_probe (chapters *Why a Transformer needs positions* and *Low rank*) and
+"""Tests for posgeom_utils.order_probe (*Why a Transformer needs positions*, *How many numbers does a positional encoding need?*) and
 encodings.rank_r_table, on a tiny random BERT and the packaged tokenizer."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def texts():
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 16))) for _ in range(300)]
 
 
-# --------------------------------------------------------------------------- rank_r_table (Low rank)
+# --------------------------------------------------------------------------- rank_r_table
 
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(2, 12), d=st.integers(1, 10), r=st.integers(0, 12), seed=st.integers(0, 2**16))

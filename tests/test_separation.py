@@ -1,6 +1,6 @@
 """The mechanism behind the separation theorem: two positions that share a vector cannot be told apart.
 
-Linked from the theorem box of the *Positional separation* chapter.
+Linked from the theorem box of *Do distinct positions get distinct vectors?*.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""posgeom_utils.tasks: the order-detection task of the *Low rank* chapter (original vs shuffled word order).
+"""posgeom_utils.tasks: the order-detection task (original vs shuffled word order), the masked task.
 
 On a small seeded corpus of single-token words (so every text is identified by its bag of tokens) the
 task is checked row by row against padded_ids of the same texts: label 0 rows are the original order,
@@ -60,17 +60,8 @@ def test_shuffle_within_permutes_real_tokens_and_keeps_padding():
         np.testing.assert_array_equal(np.sort(out[row]), np.sort(ids[row]))
     assert np.any(out != ids)  # something moved
     assert np.array_equal(ids[lengths == 1], out[lengths == 1])  # one token: nothing to permute
-
-
-def test_shuffle_within_is_deterministic_per_seed():
-    ids = np.tile(np.arange(10), (20, 1))
-    ids[:, 7:] = -1
-    a = shuffle_within(ids, np.random.default_rng(5))
-    b = shuffle_within(ids, np.random.default_rng(5))
-    c = shuffle_within(ids, np.random.default_rng(6))
-    np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(a, c)
-    assert ids[0, 0] == 0 and ids[0, 7] == -1  # the input is not modified in place
+    np.testing.assert_array_equal(out, shuffle_within(ids, np.random.default_rng(1)))  # seeded
+    assert not np.array_equal(out, shuffle_within(ids, np.random.default_rng(2)))
 
 
 def test_shuffle_within_is_uniform_over_orders():
@@ -183,25 +174,30 @@ def test_order_task_size_and_seed(corpus, tokenizer):
     assert not torch.equal(small.X_train, other.X_train)
 
 
-@pytest.mark.parametrize("min_len, max_len", [(1, 12), (0, 12), (13, 12), (5, 4)])
-def test_order_task_bad_min_len(corpus, tokenizer, min_len, max_len):
-    with pytest.raises(ValueError, match="min_len"):
-        order_task(corpus, tokenizer, max_len=max_len, min_len=min_len)
-
-
-def test_order_task_too_few_texts(tokenizer):
-    few = word_corpus(n_texts=8, min_words=6, max_words=8)
+def test_order_task_bad_arguments(corpus, tokenizer):
+    for min_len, max_len in ((1, 12), (0, 12), (13, 12), (5, 4)):
+        with pytest.raises(ValueError, match="min_len"):
+            order_task(corpus, tokenizer, max_len=max_len, min_len=min_len)
+    with pytest.raises(ValueError, match="eval_fraction must be a finite number > 0 and < 1"):
+        order_task(corpus, tokenizer, eval_fraction=1.0)
     with pytest.raises(ValueError, match="lower min_len"):
-        order_task(few, tokenizer, max_len=12, min_len=5)
-    short = word_corpus(n_texts=40, min_words=2, max_words=4)
+        order_task(word_corpus(n_texts=8, min_words=6, max_words=8), tokenizer, max_len=12, min_len=5)
     with pytest.raises(ValueError, match="min_len=5"):
-        order_task(short, tokenizer, max_len=12, min_len=5)
-
-
-def test_order_task_rejects_an_empty_corpus(tokenizer):
-    empty = Corpus("words", "train", [], np.zeros(0, dtype=np.int64))
+        order_task(word_corpus(n_texts=40, min_words=2, max_words=4), tokenizer, max_len=12, min_len=5)
     with pytest.raises(ValueError, match="empty"):
-        order_task(empty, tokenizer)
+        order_task(Corpus("words", "train", [], np.zeros(0, dtype=np.int64)), tokenizer)
+
+
+@pytest.mark.parametrize("fraction, side", [(1.0, "eval_fraction"), (0.0, "eval_fraction"),
+                                            (float("nan"), "eval_fraction"), (1.5, "eval_fraction"),
+                                            (0.999, "empty train"), (1e-17, "empty eval")])
+def test_planted_task_eval_fraction(fraction, side):
+    from posgeom_utils.tasks import planted_task
+
+    with pytest.raises(ValueError, match=rf"eval_fraction.*{side}"):
+        planted_task(num_sequences=100, eval_fraction=fraction)
+    task = planted_task(num_sequences=100, eval_fraction=0.25)
+    assert len(task.X_train) == 75 and len(task.X_eval) == 25
 
 
 # --------------------------------------------------------------------------- the real SST-2

@@ -52,7 +52,7 @@ def test_a_smooth_decaying_table_is_monotone_and_a_random_one_is_not():
 
 def test_bad_tables_are_refused():
     for bad in (np.ones(5), np.ones((2, 3)), np.full((4, 2), np.nan)):
-        with pytest.raises(ValueError, match="P must be"):
+        with pytest.raises(ValueError, match="P must|P contains"):
             dot_monotonicity(bad)
-        with pytest.raises(ValueError, match="P must be"):
+        with pytest.raises(ValueError, match="P must|P contains"):
             translation_invariance(bad)
