@@ -4,14 +4,13 @@ Chapter: *Are nearby positions encoded nearby?*."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import checks, sampling
+from . import checks
 from .corpus import draw_positions
 from .geometry import _triplet_score, pairwise_distances
 
@@ -183,9 +182,3 @@ def first_step_prediction(
     # lr (k_i / N) J0^T (mu_hat_i - sigma0) = (lr / N) (counts_i - k_i sigma0) J0
     predicted = lr / N * (counts - k * sigma0[None, :]) @ J0
     return observed.cpu().numpy(), predicted.cpu().numpy()
-
-
-def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """Mean and Student-t interval (low, high) over seeds: :func:`posgeom_utils.sampling.t_interval`
-    with ``bounds=True``. Chapter: *Are nearby positions encoded nearby?*."""
-    return sampling.t_interval(values, level, bounds=True)

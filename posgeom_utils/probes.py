@@ -39,12 +39,6 @@ class LayerMeans:
         Chapter: *Positions layer by layer*."""
         return self.means.shape[1]
 
-    def merge(self, other: LayerMeans) -> LayerMeans:
-        """The means over both runs' texts on the positions both reach (:func:`merge_layer_means`
-        keeps every position). Chapter: *Positions layer by layer*."""
-        merged, k = merge_layer_means([self, other]), min(self.n, other.n)
-        return LayerMeans(merged.means[:, :k], merged.counts[:k], params=merged.params)
-
     def centred(self) -> LayerMeans:
         """A copy with each layer's count-weighted mean over positions subtracted
         (``centre="global"``). Chapter: *Positions layer by layer*."""

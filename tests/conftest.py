@@ -80,17 +80,6 @@ def _one_torch_thread():
     torch.set_num_threads(before)
 
 
-@pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory):
-    """Every real chapter (notebooks/*.md) executed once by ``posgeom run`` with the smoke profile
-    (:func:`posgeom_utils.repro.runner.run_chapters`); returns its RunSummary. Needs ``POSGEOM_DATA_DIR``."""
-    if not os.environ.get(DATA_ENV):
-        pytest.skip(f"{DATA_ENV} is not set: the real chapters read the corpora from it")
-    from posgeom_utils.repro.runner import run_chapters
-
-    return run_chapters("smoke", out=tmp_path_factory.mktemp("posgeom-run") / "smoke")
-
-
 @pytest.fixture(scope="module")
 def tiny_bert():
     """A tiny random BERT (2 layers, width 32, 64 positions), seeded: the probes' and the order probe's model."""

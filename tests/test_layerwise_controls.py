@@ -54,7 +54,6 @@ def test_merge_keeps_positions_only_some_groups_reach(groups):
     merged = merge_layer_means(groups)
     assert merged.n == max(g.n for g in groups)
     short = min(groups, key=lambda g: g.n)
-    assert groups[0].merge(groups[1]).n == min(groups[0].n, groups[1].n)
     assert merged.n > short.n
 
 

@@ -54,7 +54,8 @@ Exit status: 0 when every chapter ran or was skipped, 1 when a chapter failed, 2
 
 
 class UsageError(Exception):
-    """Bad input from the command line: reported as one line on stderr, exit code 2."""
+    """Bad input from the command line: reported as one line on stderr, exit code 2.
+    Chapter: *Reproduction ledger*."""
 
 
 @contextmanager

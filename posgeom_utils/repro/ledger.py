@@ -2,7 +2,7 @@
 
 Chapter: *Reproduction ledger*. The rows are ``book/paper_claims.yaml`` (its header documents the fields): the
 paper's statement and value (from :data:`~posgeom_utils.repro.paper.REPORTED`, never typed), how our number
-is shown (a template over the chapter's glued keys, ``"{sst2_sin_raw:.0f}"``) and a *check* on our glued
+is shown (a template over the chapter's glued keys, ``"{sst2_sin_raw:.0f}"``) and a ``check`` on our glued
 values that turns the two into a verdict. A check is a mapping: ``{key, op, value}`` (a constant),
 ``{key, op, other, factor, offset}`` (another key, ``factor * other + offset``), ``{key, op, paper, factor,
 offset}`` (the paper's value), ``{key, op: between, low, high}``, ``{asserted: TEXT}`` (the chapter asserts

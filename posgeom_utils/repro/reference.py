@@ -1,6 +1,6 @@
 """Committed results of a larger profile, shown beside the numbers a chapter computes at build time.
 
-Chapter: *Reproduction ledger* (every chapter's section *At reference scale* shows these tables).
+Chapter: *Reproduction ledger* (each chapter's last section, At reference scale, shows these tables).
 
 The book build executes each chapter at the ``default`` profile, within a CPU budget, to demonstrate the
 code. The conclusions rest on the ``reference`` profile (``posgeom run --profile reference``, 23

@@ -102,7 +102,8 @@ def _imports(tree: ast.AST, module: str, is_package: bool, root: Path) -> set[st
 
 
 def imported_modules(trees: list[ast.AST], root: Path = REPO_ROOT) -> list[str]:
-    """Every package module that code ``trees`` import, directly or through other package modules."""
+    """Every package module that code ``trees`` import, directly or through other package modules.
+    Chapter: *Reproduction ledger*."""
     todo = set().union(*(_imports(t, "__main__", False, root) for t in trees)) if trees else set()
     seen: set[str] = set()
     while todo:
@@ -124,7 +125,8 @@ def _definitions(names: list[str], root: Path) -> list[str]:
 
 
 def environment(root: Path = REPO_ROOT) -> list[str]:
-    """The pinned requirements (``requirements.txt`` without comments, sorted; empty when installed)."""
+    """The pinned requirements (``requirements.txt`` without comments, sorted; empty when installed).
+    Chapter: *Reproduction ledger*."""
     path = Path(root) / "requirements.txt"
     lines = path.read_text().splitlines() if path.is_file() else []
     return sorted(line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip())
@@ -135,7 +137,7 @@ def _digest(payload: object) -> str:
 
 
 def chapter_cells(source: Path) -> list[ast.Module]:
-    """The code cells of a MyST chapter, parsed and normalised."""
+    """The code cells of a MyST chapter, parsed and normalised. Chapter: *Reproduction ledger*."""
     import jupytext
 
     notebook = jupytext.read(Path(source))
