@@ -2,7 +2,8 @@
 """Re-execute chapter notebooks with the ``smoke`` profile into ``tests/notebooks/`` (the nbval references).
 
 Run after changing a chapter (``make references``); ``tests/test_notebooks.py`` fails when a reference
-no longer matches its source. The chapter sources (``notebooks/*.md``) never hold outputs; only these
+no longer matches its source. ``--from DIR`` takes the executed notebooks of an earlier
+``posgeom run --profile smoke --out DIR`` instead of executing the chapters again. The chapter sources (``notebooks/*.md``) never hold outputs; only these
 references do, and they live outside the book so that the build never sees two files for one chapter.
 """
 
@@ -46,15 +47,20 @@ def strip_volatile(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
-def make_reference(chapter: str, profile: str = "smoke") -> Path:
-    source = SOURCES / f"{chapter}.md"
+def make_reference(chapter: str, profile: str = "smoke", run: Path | None = None) -> Path:
+    """Write the reference of ``chapter``: executed now, or taken from the run folder ``run``."""
     out = REFERENCES / f"{chapter}.ipynb"
     REFERENCES.mkdir(parents=True, exist_ok=True)
-    nb = jupytext.read(source)
-    executed = papermill.execute_notebook(
-        nb, None, parameters=chapter_parameters(chapter, profile), kernel_name="python3",
-        cwd=str(REFERENCES), progress_bar=False,
-    )
+    if run is not None:
+        executed = nbformat.read(run / chapter / f"{chapter}.ipynb", as_version=4)
+        injected = next(c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", []))
+        if f'profile = "{profile}"' not in injected.source:
+            raise SystemExit(f"{run / chapter}: not a {profile} run; pass the output of posgeom run --profile {profile}")
+    else:
+        executed = papermill.execute_notebook(
+            jupytext.read(SOURCES / f"{chapter}.md"), None, parameters=chapter_parameters(chapter, profile),
+            kernel_name="python3", cwd=str(REFERENCES), progress_bar=False,
+        )
     nbformat.write(strip_volatile(executed), out)
     return out
 
@@ -62,11 +68,12 @@ def make_reference(chapter: str, profile: str = "smoke") -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("chapters", nargs="*", help="chapter names (default: every notebooks/*.md)")
+    parser.add_argument("--from", dest="run", type=Path, help="a posgeom run --profile smoke output folder")
     args = parser.parse_args()
     os.environ.setdefault("POSGEOM_PROGRESS", "0")
     chapters = args.chapters or sorted(p.stem for p in SOURCES.glob("*.md"))
     for chapter in chapters:
-        print("reference:", make_reference(chapter).relative_to(ROOT))
+        print("reference:", make_reference(chapter, run=args.run).relative_to(ROOT))
 
 
 if __name__ == "__main__":
