@@ -1,5 +1,6 @@
-"""posgeom_utils: the helper package of the executable book *The Geometry of Positional Encodings*.
-Each public object's docstring names the chapter that explains it. Chapter: *Preface*."""
+"""posgeom_utils: the helper package of the executable book *The Geometry of Positional
+Encodings*. Each public object's docstring names the chapter that explains it.
+Chapter: *Preface*."""
 
 from .corpus import Corpus, SyntheticCorpus, load_corpus, synthetic_corpus, synthetic_mu
 from .geometry import bhattacharyya, fisher_rao_distances, hellinger_distances

@@ -1,5 +1,5 @@
-"""Content-addressed, atomically written cache entries and JSON files (marginals, ``posgeom run``
-results). Chapter: *Reproduction ledger*."""
+"""Content-addressed, atomically written cache entries and JSON files (marginals,
+``posgeom run`` results). Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def cache_path(kind: str, key: str, suffix: str) -> Path:
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place: a reader
-    never sees a half-written file. Chapter: *Reproduction ledger*."""
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into
+    place: a reader never sees a half-written file. Chapter: *Reproduction ledger*."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
@@ -45,7 +45,8 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
 
 
 def write_json(path: Path, data: Any) -> Path:
-    """Write ``data`` as indented, key-sorted JSON, atomically. Chapter: *Reproduction ledger*."""
+    """Write ``data`` as indented, key-sorted JSON, atomically. Chapter: *Reproduction
+    ledger*."""
     text = json.dumps(data, indent=1, sort_keys=True, allow_nan=True)
     return atomic_write(Path(path), lambda tmp: tmp.write_text(text))
 

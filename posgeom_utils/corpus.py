@@ -1,5 +1,5 @@
-"""SST-2 and IMDB (from ``data_dir``, ``POSGEOM_DATA_DIR`` or the hub) and seeded synthetic corpora
-with known geometry. Chapter: *Positions in real text*."""
+"""SST-2 and IMDB (from ``data_dir``, ``POSGEOM_DATA_DIR`` or the hub) and seeded
+synthetic corpora with known geometry. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
@@ -17,7 +17,11 @@ from .settings import DATA_ENV, hub_offline
 
 #: split name -> file name, per dataset, in a folder laid out like ``shared/data``
 LOCAL_FILES: dict[str, dict[str, str]] = {
-    "sst2": {"train": "sst2/train.tsv", "validation": "sst2/dev.tsv", "test": "sst2/test.tsv"},
+    "sst2": {
+        "train": "sst2/train.tsv",
+        "validation": "sst2/dev.tsv",
+        "test": "sst2/test.tsv",
+    },
     "imdb": {"train": "imdb/train.jsonl.gz", "test": "imdb/test.jsonl.gz"},
 }
 #: the same corpora on the Hugging Face hub: (dataset id, config, text column)
@@ -30,7 +34,8 @@ SYNTHETIC_KINDS = ("stationary", "drift", "shift", "lowrank")
 
 @dataclass
 class Corpus:
-    """Texts with integer labels (-1 where hidden). Chapter: *Positions in real text*."""
+    """Texts with integer labels (-1 where hidden). Chapter: *Positions in real
+    text*."""
 
     name: str
     split: str
@@ -45,17 +50,25 @@ class Corpus:
     def _subset(self, idx: np.ndarray, **meta) -> "Corpus":
         texts = [self.texts[i] for i in idx]
         return Corpus(
-            self.name, self.split, texts, self.labels[idx], self.source, {**self.meta, **meta}
+            self.name,
+            self.split,
+            texts,
+            self.labels[idx],
+            self.source,
+            {**self.meta, **meta},
         )
 
     def sample(self, size: int | None, seed: int = 0) -> "Corpus":
-        """A seeded subset of ``size`` texts, in order. Chapter: *Positions in real text*."""
+        """A seeded subset of ``size`` texts, in order. Chapter: *Positions in real
+        text*."""
         if size is None:
             return self
         size = checks.integer(size, "sample size")
         if size >= len(self):
             return self
-        idx = np.sort(np.random.default_rng(seed).choice(len(self), size=size, replace=False))
+        idx = np.sort(
+            np.random.default_rng(seed).choice(len(self), size=size, replace=False)
+        )
         return self._subset(idx, sample_size=size, sample_seed=seed)
 
     def halves(self, seed: int = 0) -> tuple["Corpus", "Corpus"]:
@@ -64,12 +77,20 @@ class Corpus:
             raise ValueError(f"a corpus needs 2 texts to be halved, it has {len(self)}")
         perm = np.random.default_rng(seed).permutation(len(self))
         parts = np.sort(perm[: len(self) // 2]), np.sort(perm[len(self) // 2 :])
-        return tuple(self._subset(idx, half=h, half_seed=seed) for h, idx in enumerate(parts))
+        return tuple(
+            self._subset(idx, half=h, half_seed=seed) for h, idx in enumerate(parts)
+        )
 
     @property
     def key(self) -> dict:
-        """What identifies this corpus in a cache key. Chapter: *Positions in real text*."""
-        return {"name": self.name, "split": self.split, "n_texts": len(self), **self.meta}
+        """What identifies this corpus in a cache key. Chapter: *Positions in real
+        text*."""
+        return {
+            "name": self.name,
+            "split": self.split,
+            "n_texts": len(self),
+            **self.meta,
+        }
 
 
 def _read_sst2(path: Path) -> tuple[list[str], np.ndarray]:
@@ -77,7 +98,9 @@ def _read_sst2(path: Path) -> tuple[list[str], np.ndarray]:
         header = fh.readline().rstrip("\n").split("\t")
         rows = [line.rstrip("\n").split("\t") for line in fh if line.strip()]
     if header == ["sentence", "label"]:
-        return [r[0].strip() for r in rows], np.array([int(r[1]) for r in rows], dtype=np.int64)
+        return [r[0].strip() for r in rows], np.array(
+            [int(r[1]) for r in rows], dtype=np.int64
+        )
     if header == ["index", "sentence"]:  # the GLUE test split hides its labels
         return [r[1].strip() for r in rows], np.full(len(rows), -1, dtype=np.int64)
     raise ValueError(f"{path} does not look like a GLUE SST-2 file (header {header!r})")
@@ -86,11 +109,15 @@ def _read_sst2(path: Path) -> tuple[list[str], np.ndarray]:
 def _read_imdb(path: Path, strip_html: bool) -> tuple[list[str], np.ndarray]:
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
-    texts = [r["text"].replace("<br />", " ") if strip_html else r["text"] for r in rows]
+    texts = [
+        r["text"].replace("<br />", " ") if strip_html else r["text"] for r in rows
+    ]
     return texts, np.asarray([int(r["label"]) for r in rows], dtype=np.int64)
 
 
-def _from_hub(dataset: str, split: str, strip_html: bool) -> tuple[list[str], np.ndarray]:
+def _from_hub(
+    dataset: str, split: str, strip_html: bool
+) -> tuple[list[str], np.ndarray]:
     import datasets  # imported late: slow, and only needed online
 
     repo, config, column = HUB_IDS[dataset]
@@ -113,13 +140,19 @@ def _missing_message(dataset: str, why: str) -> str:
 
 
 def load_corpus(
-    dataset: str, split: str = "train", data_dir: str | Path | None = None, strip_html: bool = True
+    dataset: str,
+    split: str = "train",
+    data_dir: str | Path | None = None,
+    strip_html: bool = True,
 ) -> Corpus:
-    """Load ``sst2`` or ``imdb`` as a :class:`Corpus` (``strip_html``: IMDB's ``<br />`` become
-    spaces). Chapter: *Positions in real text*."""
+    """Load ``sst2`` or ``imdb`` as a :class:`Corpus` (``strip_html``: IMDB's ``<br />``
+    become spaces). Chapter: *Positions in real text*."""
     checks.choice(dataset, "dataset", sorted(LOCAL_FILES))
     checks.choice(
-        split, "split", sorted(LOCAL_FILES[dataset]), f"the splits of dataset {dataset!r}"
+        split,
+        "split",
+        sorted(LOCAL_FILES[dataset]),
+        f"the splits of dataset {dataset!r}",
     )
     source_dir = data_dir if data_dir is not None else os.environ.get(DATA_ENV)
     if source_dir:
@@ -132,18 +165,26 @@ def load_corpus(
                 "a folder laid out like shared/data: sst2/train.tsv, sst2/dev.tsv, sst2/test.tsv, "
                 "imdb/train.jsonl.gz, imdb/test.jsonl.gz (see shared/data/README.md)."
             )
-        texts, labels = _read_sst2(path) if dataset == "sst2" else _read_imdb(path, strip_html)
+        texts, labels = (
+            _read_sst2(path) if dataset == "sst2" else _read_imdb(path, strip_html)
+        )
         source = str(path)
     elif hub_offline():
-        raise FileNotFoundError(_missing_message(dataset, "the hub is disabled (offline)"))
+        raise FileNotFoundError(
+            _missing_message(dataset, "the hub is disabled (offline)")
+        )
     else:
         try:
             texts, labels = _from_hub(dataset, split, strip_html)
         except Exception as exc:  # network errors come in many types
-            raise FileNotFoundError(_missing_message(dataset, f"download failed: {exc}")) from exc
+            raise FileNotFoundError(
+                _missing_message(dataset, f"download failed: {exc}")
+            ) from exc
         source = "hf-hub:" + HUB_IDS[dataset][0]
     if not texts:
-        raise ValueError(f"{dataset}/{split} from {source} is empty: check the data files")
+        raise ValueError(
+            f"{dataset}/{split} from {source} is empty: check the data files"
+        )
     meta = {"strip_html": strip_html} if dataset == "imdb" else {}
     return Corpus(dataset, split, texts, labels, source, meta)
 
@@ -153,12 +194,16 @@ def check_texts(texts: object, name: str = "texts") -> list[str]:
     if isinstance(texts, Corpus):
         texts = texts.texts
     if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
-        raise TypeError(f"{name} must be a sequence of strings, got {type(texts).__name__}")
+        raise TypeError(
+            f"{name} must be a sequence of strings, got {type(texts).__name__}"
+        )
     if len(texts) == 0:
         raise ValueError(f"{name} is empty: the corpus has no texts to count")
     bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
     if bad is not None:
-        raise TypeError(f"{name}[{bad}] is a {type(texts[bad]).__name__}, not a str: pass texts")
+        raise TypeError(
+            f"{name}[{bad}] is a {type(texts[bad]).__name__}, not a str: pass texts"
+        )
     return list(texts)
 
 
@@ -174,12 +219,14 @@ class SyntheticCorpus:
 
     @property
     def n(self) -> int:
-        """Positions. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+        """Positions. Chapter: *The optimal encoding: classical MDS on Hellinger
+        geometry*."""
         return self.mu.shape[0]
 
     @property
     def V(self) -> int:
-        """Vocabulary size. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+        """Vocabulary size. Chapter: *The optimal encoding: classical MDS on Hellinger
+        geometry*."""
         return self.mu.shape[1]
 
 
@@ -205,7 +252,8 @@ def synthetic_mu(
         modes = rng.normal(size=(4, V))
         return _softmax(
             base
-            + strength * sum(np.cos(np.pi * (k + 1) * t) * modes[k] / (k + 1) for k in range(4))
+            + strength
+            * sum(np.cos(np.pi * (k + 1) * t) * modes[k] / (k + 1) for k in range(4))
         )
     if kind == "shift":
         angle = 2 * np.pi * (np.arange(V)[None, :] / V - np.arange(n)[:, None] / n)
@@ -214,10 +262,13 @@ def synthetic_mu(
     blocks = np.array_split(rng.permutation(V), rank)
     phase = rng.uniform(0, 2 * np.pi, size=rank)
     freq = rng.uniform(0.5, 1.5, size=rank)
-    weights = _softmax(strength * np.sin(2 * np.pi * freq * t + phase))  # (n, rank), smooth in i
+    # (n, rank), smooth in i
+    weights = _softmax(strength * np.sin(2 * np.pi * freq * t + phase))
     mu = np.zeros((n, V))
     for k, block in enumerate(blocks):
-        mu[:, block] = weights[:, k : k + 1] * _softmax(rng.normal(size=block.size))[None, :]
+        mu[:, block] = (
+            weights[:, k : k + 1] * _softmax(rng.normal(size=block.size))[None, :]
+        )
     return mu
 
 
@@ -230,18 +281,21 @@ def synthetic_corpus(
     rank: int = 3,
     strength: float = 2.0,
 ) -> SyntheticCorpus:
-    """``num_sequences`` sequences of length ``n`` drawn from :func:`synthetic_mu` (seeded).
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """``num_sequences`` sequences of length ``n`` drawn from :func:`synthetic_mu`
+    (seeded). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     checks.integer(num_sequences, "num_sequences")
     mu = synthetic_mu(kind, n, V, seed=seed, rank=rank, strength=strength)
     ids = draw_positions(mu, np.random.default_rng(seed + 1).random((num_sequences, n)))
-    params = dict(kind=kind, n=n, V=V, num_sequences=num_sequences, seed=seed, rank=rank)
+    params = dict(
+        kind=kind, n=n, V=V, num_sequences=num_sequences, seed=seed, rank=rank
+    )
     return SyntheticCorpus(kind, ids, mu, {**params, "strength": strength})
 
 
 def draw_positions(mu: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Token ids with position ``i`` drawn from ``mu[i]`` by inverting its CDF at the uniforms
-    ``u[:, i]``. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Token ids with position ``i`` drawn from ``mu[i]`` by inverting its CDF at the
+    uniforms ``u[:, i]``. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     cdf = np.cumsum(mu, axis=1)
     cdf[:, -1] = 1.0
     ids = np.empty(u.shape, dtype=np.int64)

@@ -18,12 +18,15 @@ def frequencies(d: int, base: float = 10000.0) -> np.ndarray:
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     d = checks.integer(d, "d")
     if d % 2:
-        raise ValueError(f"d must be even (sin/cos pairs, or RoPE rotation planes), got d={d}")
+        raise ValueError(
+            f"d must be even (sin/cos pairs, or RoPE rotation planes), got d={d}"
+        )
     return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
 
 
 def sinusoidal(n: int, d: int, base: float = 10000.0) -> np.ndarray:
-    """Sinusoidal, n x d. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Sinusoidal, n x d. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     n = checks.integer(n, "n")
     angles = np.arange(n, dtype=np.float64)[:, None] * frequencies(d, base)[None, :]
     P = np.empty((n, d))
@@ -39,7 +42,8 @@ def rope(n: int, d_head: int, n_heads: int = 1, base: float = 10000.0) -> np.nda
 
 
 def alibi_slopes(n_heads: int) -> np.ndarray:
-    """ALiBi's head slopes. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """ALiBi's head slopes. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     n_heads = checks.integer(n_heads, "n_heads")
 
     def power_of_two(h: int) -> list[float]:
@@ -64,12 +68,18 @@ def alibi(n: int, slope: float | np.ndarray = 1.0) -> np.ndarray:
 
 
 def mds_encoding(D: np.ndarray, d: int, r: int | None = None) -> np.ndarray:
-    """The optimal encoding: classical MDS of D in rank ``r`` (default: its rank, at most d), padded
-    with zero columns to width d. Chapter: *How many numbers does a positional encoding need?*."""
+    """The optimal encoding: classical MDS of D in rank ``r`` (default: its rank, at
+    most d), padded with zero columns to width d. Chapter: *How many numbers does a
+    positional encoding need?*."""
     D = checks.distance_matrix(D)
     d = checks.integer(d, "d")
-    result = classical_mds(D, D.shape[0])  # one eigendecomposition; every rank is a slice of it
-    k = min(result.effective_rank or 1, d, D.shape[0]) if r is None else checks.integer(r, "r")
+    # one eigendecomposition; every rank is a slice of it
+    result = classical_mds(D, D.shape[0])
+    k = (
+        min(result.effective_rank or 1, d, D.shape[0])
+        if r is None
+        else checks.integer(r, "r")
+    )
     if k > d:
         raise ValueError(f"r={k} exceeds the width d={d}")
     if k > D.shape[0]:
@@ -78,11 +88,15 @@ def mds_encoding(D: np.ndarray, d: int, r: int | None = None) -> np.ndarray:
     return np.hstack([P, np.zeros((P.shape[0], d - k))])
 
 
-def random_encoding(n: int, d: int, seed: int = 0, scale: float | None = None) -> np.ndarray:
+def random_encoding(
+    n: int, d: int, seed: int = 0, scale: float | None = None
+) -> np.ndarray:
     """A Gaussian n x d table, std 0.02 by default (BERT's initialisation).
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     size = (checks.integer(n, "n"), checks.integer(d, "d"))
-    return np.random.default_rng(seed).normal(scale=0.02 if scale is None else scale, size=size)
+    return np.random.default_rng(seed).normal(
+        scale=0.02 if scale is None else scale, size=size
+    )
 
 
 def lowrank_parameter_count(n: int, d: int, r: int) -> int:
@@ -98,18 +112,30 @@ def saving_configurations(
     d_values: Iterable[int],
     ranks: Iterable[int],
 ) -> "pd.DataFrame":
-    """Every (n, d, r) of the grids whose saving 1 - r (n + d) / (n d) lies in [low, high) (exact
-    decimal arithmetic). Chapter: *How many numbers does a positional encoding need?*."""
+    """Every (n, d, r) of the grids whose saving 1 - r (n + d) / (n d) lies in [low,
+    high) (exact decimal arithmetic). Chapter: *How many numbers does a positional
+    encoding need?*."""
     import pandas as pd
 
-    lo, hi = (Fraction(str(x)) if not isinstance(x, Fraction) else x for x in (low, high))
+    lo, hi = (
+        Fraction(str(x)) if not isinstance(x, Fraction) else x for x in (low, high)
+    )
     if not lo < hi:
         raise ValueError(f"need low < high, got {low!r} and {high!r}")
     n = np.unique(np.asarray(list(n_values), dtype=np.int64))
     d = np.unique(np.asarray(list(d_values), dtype=np.int64))
     ranks = sorted({int(r) for r in ranks})
-    if n.size == 0 or d.size == 0 or not ranks or n.min() < 1 or d.min() < 1 or ranks[0] < 1:
-        raise ValueError("n_values, d_values and ranks must be non-empty positive integers")
+    if (
+        n.size == 0
+        or d.size == 0
+        or not ranks
+        or n.min() < 1
+        or d.min() < 1
+        or ranks[0] < 1
+    ):
+        raise ValueError(
+            "n_values, d_values and ranks must be non-empty positive integers"
+        )
     if n.max() * d.max() * max(lo.denominator, hi.denominator) > 2**62 // 4:
         raise ValueError("grid too large for exact int64 arithmetic")
     N, Dm = (a.ravel() for a in np.meshgrid(n, d, indexing="ij"))
@@ -130,8 +156,8 @@ def saving_configurations(
 
 
 def rank_r_table(P: np.ndarray, r: int) -> np.ndarray:
-    """The closest table to ``P`` whose rows differ from their mean by rank ``r`` (Eckart-Young).
-    Chapter: *How many numbers does a positional encoding need?*."""
+    """The closest table to ``P`` whose rows differ from their mean by rank ``r``
+    (Eckart-Young). Chapter: *How many numbers does a positional encoding need?*."""
     P = checks.finite_array(P, "P")
     r = checks.integer(r, "r", 0)
     mean = P.mean(axis=0, keepdims=True)
@@ -151,7 +177,11 @@ def _torch_module():
 
         def __init__(self, n: int, d: int, r: int, init_std: float = 0.02):
             super().__init__()
-            n, d, r = checks.integer(n, "n"), checks.integer(d, "d"), checks.integer(r, "r")
+            n, d, r = (
+                checks.integer(n, "n"),
+                checks.integer(d, "d"),
+                checks.integer(r, "r"),
+            )
             if r > min(n, d):
                 raise ValueError(f"r={r} must be at most min(n, d) = {min(n, d)}")
             self.n, self.d, self.r = n, d, r
@@ -162,8 +192,9 @@ def _torch_module():
         def from_mds(
             cls, D: np.ndarray, d: int, r: int, scale: float = 1.0, seed: int = 0
         ) -> "LowRankPositionalEncoding":
-            """A = scale U_r Lambda_r^(1/2), the rank-r classical MDS of D, and B orthonormal.
-            Chapter: *How many numbers does a positional encoding need?*."""
+            """A = scale U_r Lambda_r^(1/2), the rank-r classical MDS of D, and B
+            orthonormal. Chapter: *How many numbers does a positional encoding
+            need?*."""
             coords = classical_mds(D, r).P * scale
             module = cls(coords.shape[0], d, r)
             gen = torch.Generator().manual_seed(seed)
@@ -173,19 +204,24 @@ def _torch_module():
             return module
 
         def table(self) -> "torch.Tensor":
-            """P = A B^T. Chapter: *How many numbers does a positional encoding need?*."""
+            """P = A B^T. Chapter: *How many numbers does a positional encoding
+            need?*."""
             return self.A @ self.B.T
 
         def forward(self, x: "torch.Tensor") -> "torch.Tensor":
-            """``x + P[:L]``. Chapter: *How many numbers does a positional encoding need?*."""
+            """``x + P[:L]``. Chapter: *How many numbers does a positional encoding
+            need?*."""
             L = x.shape[-2]
             if L > self.n:
-                raise ValueError(f"sequence length {L} exceeds the encoding's n={self.n} positions")
+                raise ValueError(
+                    f"sequence length {L} exceeds the encoding's n={self.n} positions"
+                )
             return x + self.table()[:L]
 
         @property
         def num_parameters(self) -> int:
-            """r (n + d). Chapter: *How many numbers does a positional encoding need?*."""
+            """r (n + d). Chapter: *How many numbers does a positional encoding
+            need?*."""
             return lowrank_parameter_count(self.n, self.d, self.r)
 
     return LowRankPositionalEncoding
@@ -213,12 +249,20 @@ def standard_encodings(
     n = D.shape[0]
     d, n_heads = checks.integer(d, "d"), checks.integer(n_heads, "n_heads")
     if d % n_heads:
-        raise ValueError(f"d={d} must be divisible by n_heads={n_heads}: pick another n_heads")
+        raise ValueError(
+            f"d={d} must be divisible by n_heads={n_heads}: pick another n_heads"
+        )
     d_head = d // n_heads
     mds = classical_mds(D, n)  # one eigendecomposition; every rank is a slice of it
     out = {"MDS, full rank": mds.P[:, : max(mds.effective_rank, 1)]}
     out.update({f"MDS, r = {r}": mds.P[:, :r] for r in ranks if r < n})
-    out.update({f"SMACOF, r = {r}": smacof(D, r, init=mds.P[:, :r]) for r in smacof_ranks if r < n})
+    out.update(
+        {
+            f"SMACOF, r = {r}": smacof(D, r, init=mds.P[:, :r])
+            for r in smacof_ranks
+            if r < n
+        }
+    )
     out[f"sinusoidal, d = {d}"] = sinusoidal(n, d, base)
     out[f"RoPE, one head (d_head = {d_head})"] = rope(n, d_head, 1, base)
     out[f"RoPE, {n_heads} heads pooled"] = rope(n, d_head, n_heads, base)

@@ -1,12 +1,14 @@
-"""Fine-tuning a pre-trained encoder as a classifier while recording its learned position table.
+"""Fine-tuning a pre-trained encoder as a classifier while recording its learned
+position table.
 
-Chapter: *Do distinct positions get distinct vectors?* (how the learned absolute position embeddings
-of a pre-trained model move when it is fine-tuned on a downstream task). :func:`prepare_finetune`
-checks the inputs, builds the classifier and encodes the texts; :func:`finetune` trains that with
-:func:`~posgeom_utils.training.train_classifier` (seeding, evaluation, checkpoints and resume) and
-records the table at step 0 and at every evaluation. Dropout is resumable: the masks of the n-th
-training forward pass come from a generator seeded by ``(seed, n)``, and ``n`` is in the state dict.
-"""
+Chapter: *Do distinct positions get distinct vectors?* (how the learned absolute
+position embeddings of a pre-trained model move when it is fine-tuned on a downstream
+task). :func:`prepare_finetune` checks the inputs, builds the classifier and encodes the
+texts; :func:`finetune` trains that with
+:func:`~posgeom_utils.training.train_classifier` (seeding, evaluation, checkpoints and
+resume) and records the table at step 0 and at every evaluation. Dropout is resumable:
+the masks of the n-th training forward pass come from a generator seeded by ``(seed,
+n)``, and ``n`` is in the state dict."""
 
 from __future__ import annotations
 
@@ -23,29 +25,46 @@ from torch import nn
 from .cache import atomic_write
 from .checks import fail, integer
 from .corpus import check_texts
-from .models import learned_position_embeddings, load_model, load_tokenizer, select_device
+from .models import (
+    learned_position_embeddings,
+    load_model,
+    load_tokenizer,
+    select_device,
+)
 from .seeding import seed_everything
 from .training import History, TrainConfig, train_classifier
 
-__all__ = ["FinetuneSetup", "PretrainedClassifier", "encode_texts", "finetune", "prepare_finetune"]
+__all__ = [
+    "FinetuneSetup",
+    "PretrainedClassifier",
+    "encode_texts",
+    "finetune",
+    "prepare_finetune",
+]
 
 #: file beside ``checkpoint.pt`` that keeps the recorded position tables of a run (for resume)
 RECORDS_FILE = "position_records.npz"
 
 
 class PretrainedClassifier(nn.Module):
-    """A Hugging Face encoder with a linear classification head on the masked mean of its last
-    hidden state; ``forward(input_ids)`` alone works (the mask is ``input_ids != pad_token_id``).
-    Chapter: *Do distinct positions get distinct vectors?*."""
+    """A Hugging Face encoder with a linear classification head on the masked mean of
+    its last hidden state; ``forward(input_ids)`` alone works (the mask is ``input_ids
+    != pad_token_id``). Chapter: *Do distinct positions get distinct vectors?*."""
 
     def __init__(
-        self, encoder: nn.Module, num_classes: int = 2, pad_token_id: Any = None, seed: int = 0
+        self,
+        encoder: nn.Module,
+        num_classes: int = 2,
+        pad_token_id: Any = None,
+        seed: int = 0,
     ):
         super().__init__()
         hidden = getattr(getattr(encoder, "config", None), "hidden_size", None)
         if hidden is None:
             name = type(encoder).__name__
-            raise ValueError(f"encoder {name} has no config.hidden_size: pass a transformers model")
+            raise ValueError(
+                f"encoder {name} has no config.hidden_size: pass a transformers model"
+            )
         self.num_classes, self.seed = integer(num_classes, "num_classes", 2), int(seed)
         self.encoder, self.head = encoder, nn.Linear(int(hidden), self.num_classes)
         self.pad_token_id = (
@@ -56,9 +75,9 @@ class PretrainedClassifier(nn.Module):
         self.train(encoder.training)
 
     def position_table(self, n: int | None = None) -> np.ndarray:
-        """The current learned absolute position table (positions 0..n-1, all if None) as a CPU
-        float64 copy; ``ValueError`` if the encoder has none (RoPE, ALiBi, relative positions).
-        Chapter: *Do distinct positions get distinct vectors?*."""
+        """The current learned absolute position table (positions 0..n-1, all if None)
+        as a CPU float64 copy; ``ValueError`` if the encoder has none (RoPE, ALiBi,
+        relative positions). Chapter: *Do distinct positions get distinct vectors?*."""
         return learned_position_embeddings(self.encoder, n)
 
     def attention_mask_for(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -70,16 +89,23 @@ class PretrainedClassifier(nn.Module):
 
     @contextlib.contextmanager
     def _dropout_masks(self, device: torch.device) -> Iterator[None]:
-        """In training, draw this pass's dropout masks from the generator of ``(seed, pass)``."""
+        """In training, draw this pass's dropout masks from the generator of ``(seed,
+        pass)``."""
         if not self.training:
             yield
             return
         self.train_forwards += 1
-        with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
-            torch.manual_seed((self.seed * 1_000_003 + int(self.train_forwards)) % 2**63)
+        with torch.random.fork_rng(
+            devices=[device.index or 0] if device.type == "cuda" else []
+        ):
+            torch.manual_seed(
+                (self.seed * 1_000_003 + int(self.train_forwards)) % 2**63
+            )
             yield
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: Any = None) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: Any = None
+    ) -> torch.Tensor:
         """Logits (batch x num_classes) for token ids (batch x length).
         Chapter: *Do distinct positions get distinct vectors?*."""
         if input_ids.dim() != 2:
@@ -96,15 +122,20 @@ class PretrainedClassifier(nn.Module):
         return self.head((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0))
 
 
-def encode_texts(texts: Sequence[str], tokenizer: Any, max_len: int) -> tuple[torch.Tensor, ...]:
-    """Token ids and attention mask (``LongTensor``, n x max_len) of ``texts``: special tokens kept,
-    truncated and right-padded to ``max_len``.
-    Chapter: *Do distinct positions get distinct vectors?*.
-    """
+def encode_texts(
+    texts: Sequence[str], tokenizer: Any, max_len: int
+) -> tuple[torch.Tensor, ...]:
+    """Token ids and attention mask (``LongTensor``, n x max_len) of ``texts``: special
+    tokens kept, truncated and right-padded to ``max_len``. Chapter: *Do distinct
+    positions get distinct vectors?*."""
     texts, max_len = check_texts(texts), integer(max_len, "max_len", 2)
     if getattr(tokenizer, "pad_token_id", None) is None:
-        raise ValueError("the tokenizer has no pad token: set tokenizer.pad_token first")
-    options = dict(truncation=True, max_length=max_len, padding="max_length", return_tensors="pt")
+        raise ValueError(
+            "the tokenizer has no pad token: set tokenizer.pad_token first"
+        )
+    options = dict(
+        truncation=True, max_length=max_len, padding="max_length", return_tensors="pt"
+    )
     enc = tokenizer(texts, add_special_tokens=True, **options)
     return enc["input_ids"].long(), enc["attention_mask"].long()
 
@@ -112,7 +143,9 @@ def encode_texts(texts: Sequence[str], tokenizer: Any, max_len: int) -> tuple[to
 def _labels(y: Any, n: int, num_classes: int, name: str) -> torch.Tensor:
     t = torch.as_tensor(np.asarray(y))
     if t.dim() != 1 or len(t) != n:
-        raise ValueError(f"{name} must hold one label per text ({n}), got shape {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must hold one label per text ({n}), got shape {tuple(t.shape)}"
+        )
     if t.is_floating_point() and not torch.equal(t, t.round()):
         raise ValueError(f"{name} must hold integer class labels")
     if t.min() < 0 or t.max() >= num_classes:
@@ -125,9 +158,9 @@ def _labels(y: Any, n: int, num_classes: int, name: str) -> torch.Tensor:
 
 @dataclass
 class FinetuneSetup:
-    """A fine-tuning run before training: the classifier (head seeded by ``config.seed``), the
-    encoded texts and labels, the run's ``config`` and how many table rows it records.
-    Chapter: *Do distinct positions get distinct vectors?*."""
+    """A fine-tuning run before training: the classifier (head seeded by
+    ``config.seed``), the encoded texts and labels, the run's ``config`` and how many
+    table rows it records. Chapter: *Do distinct positions get distinct vectors?*."""
 
     model: PretrainedClassifier
     X_train: torch.Tensor
@@ -152,10 +185,10 @@ def prepare_finetune(
     num_classes: int = 2,
     device: str | None = None,
 ) -> FinetuneSetup:
-    """Check the inputs (all before any model is loaded), load ``model_name`` (None: the packaged
-    all-MiniLM-L6-v2) with a seeded linear head and encode the texts; ``record_every`` and
-    ``device`` replace ``config.eval_every`` and ``config.device`` where given.
-    Chapter: *Do distinct positions get distinct vectors?*."""
+    """Check the inputs (all before any model is loaded), load ``model_name`` (None: the
+    packaged all-MiniLM-L6-v2) with a seeded linear head and encode the texts;
+    ``record_every`` and ``device`` replace ``config.eval_every`` and ``config.device``
+    where given. Chapter: *Do distinct positions get distinct vectors?*."""
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
     if record_every is not None:
@@ -166,27 +199,41 @@ def prepare_finetune(
         check_texts(texts_train, "texts_train"),
         check_texts(texts_eval, "texts_eval"),
     )
-    max_len, num_classes = integer(max_len, "max_len", 2), integer(num_classes, "num_classes", 2)
+    max_len, num_classes = (
+        integer(max_len, "max_len", 2),
+        integer(num_classes, "num_classes", 2),
+    )
     y_train = _labels(y_train, len(texts_train), num_classes, "y_train")
     y_eval = _labels(y_eval, len(texts_eval), num_classes, "y_eval")
-    tokenizer, encoder = load_tokenizer(model_name), load_model(model_name, device="cpu")
+    tokenizer, encoder = (
+        load_tokenizer(model_name),
+        load_model(model_name, device="cpu"),
+    )
     seed_everything(config.seed)  # the head's initial weights
-    model = PretrainedClassifier(encoder, num_classes, tokenizer.pad_token_id, config.seed)
-    rows = model.position_table().shape[0]  # ValueError now without learned absolute positions
+    model = PretrainedClassifier(
+        encoder, num_classes, tokenizer.pad_token_id, config.seed
+    )
+    # ValueError now without learned absolute positions
+    rows = model.position_table().shape[0]
     if max_len > rows:
         raise fail("max_len", f"at most the model's {rows} learned positions", max_len)
     n_record = max_len if n_record is None else integer(n_record, "n_record", 1, rows)
-    X_train, X_eval = (encode_texts(t, tokenizer, max_len)[0] for t in (texts_train, texts_eval))
+    X_train, X_eval = (
+        encode_texts(t, tokenizer, max_len)[0] for t in (texts_train, texts_eval)
+    )
     return FinetuneSetup(model, X_train, y_train, X_eval, y_eval, config, n_record)
 
 
 def save_records(path: Path, records: dict[int, np.ndarray]) -> None:
-    """Write ``{step: table}`` atomically as an ``.npz`` of ``steps`` and stacked ``tables``.
-    Chapter: *Do distinct positions get distinct vectors?*."""
+    """Write ``{step: table}`` atomically as an ``.npz`` of ``steps`` and stacked
+    ``tables``. Chapter: *Do distinct positions get distinct vectors?*."""
     steps = sorted(records)
     tables = np.stack([records[s] for s in steps])
     atomic_write(
-        path, lambda tmp: np.savez(tmp, steps=np.asarray(steps, dtype=np.int64), tables=tables)
+        path,
+        lambda tmp: np.savez(
+            tmp, steps=np.asarray(steps, dtype=np.int64), tables=tables
+        ),
     )
 
 
@@ -218,16 +265,20 @@ def finetune(
     device: str | None = None,
 ) -> tuple[PretrainedClassifier, History, list[tuple[int, np.ndarray]]]:
     """Fine-tune ``model_name`` with a linear head (:func:`prepare_finetune`, then
-    :func:`~posgeom_utils.training.train_classifier`); return ``(model, history, records)``.
+    :func:`~posgeom_utils.training.train_classifier`); return ``(model, history,
+    records)``.
 
-    ``records`` lists ``(step, table)``: the first ``n_record`` rows (default ``max_len``) of the
-    position table at step 0 and after every evaluation. With ``config.checkpoint_dir`` an
-    interrupted run resumes (weights, history and records).
-    Chapter: *Do distinct positions get distinct vectors?*.
-    """
-    options = dict(max_len=max_len, record_every=record_every, n_record=n_record, device=device)
+    ``records`` lists ``(step, table)``: the first ``n_record`` rows (default
+    ``max_len``) of the position table at step 0 and after every evaluation. With
+    ``config.checkpoint_dir`` an interrupted run resumes (weights, history and records).
+    Chapter: *Do distinct positions get distinct vectors?*."""
+    options = dict(
+        max_len=max_len, record_every=record_every, n_record=n_record, device=device
+    )
     options["num_classes"] = num_classes
-    run = prepare_finetune(model_name, texts_train, y_train, texts_eval, y_eval, config, **options)
+    run = prepare_finetune(
+        model_name, texts_train, y_train, texts_eval, y_eval, config, **options
+    )
     folder = run.config.checkpoint_dir
     path = Path(folder) / RECORDS_FILE if folder else None
     recorded = _load_records(path, (run.n_record, run.model.position_table(1).shape[1]))
@@ -240,4 +291,8 @@ def finetune(
     data = (run.X_train, run.y_train, run.X_eval, run.y_eval)
     history = train_classifier(run.model, *data, run.config, callback=record)
     # tables recorded after the last checkpoint of an interrupted run were recomputed on resume
-    return run.model, history, [(s, recorded[s]) for s in [0, *history.step] if s in recorded]
+    return (
+        run.model,
+        history,
+        [(s, recorded[s]) for s in [0, *history.step] if s in recorded],
+    )

@@ -1,5 +1,5 @@
-"""Stress-definition forensics: which single setting reproduces the paper's SST-2 numbers?
-Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+"""Stress-definition forensics: which single setting reproduces the paper's SST-2
+numbers? Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 #: the paper's numbers the search scores: name -> key of repro.paper.REPORTED
-QUANTITIES: dict[str, str] = dict(sinusoidal="sst2_sinusoidal_stress", rope="sst2_rope_stress")
+QUANTITIES: dict[str, str] = dict(
+    sinusoidal="sst2_sinusoidal_stress", rope="sst2_rope_stress"
+)
 QUANTITIES.update(alibi="sst2_alibi_stress", violation="mds_violation_rate")
 #: tolerances of a match, the same as the ledger rows: ("rel", x) relative, ("abs", x)
 TOLERANCES = {q: ("rel", 0.10) for q in ("sinusoidal", "rope", "alibi")} | {
@@ -50,15 +52,16 @@ def normalised_stress(E: np.ndarray, D: np.ndarray, triangle: str = "upper") -> 
 
 
 def sse(E: np.ndarray, D: np.ndarray, triangle: str = "upper") -> float:
-    """The unnormalised sum of squared residuals sum (E - D)^2 over the triangle's pairs.
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """The unnormalised sum of squared residuals sum (E - D)^2 over the triangle's
+    pairs. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     e, t = paired_distances(E, D, triangle)
     return float(np.sum((e - t) ** 2))
 
 
 def kruskal_stress1(E: np.ndarray, D: np.ndarray, triangle: str = "upper") -> float:
-    """Kruskal's (1964) stress-1, sqrt(sum (E - D)^2 / sum E^2), normalised by the encoding's
-    distances. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Kruskal's (1964) stress-1, sqrt(sum (E - D)^2 / sum E^2), normalised by the
+    encoding's distances. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     e, t = paired_distances(E, D, triangle)
     ee = float(e @ e)
     if ee == 0:
@@ -99,16 +102,17 @@ ALIBI_FORMS = ("linear", "kernel")
 
 
 def sinusoid_profile(n: int, d: int, heads: int = 1) -> np.ndarray:
-    """Distance at each lag of ``heads`` pooled sinusoidal blocks of width ``d`` (RoPE's orbit).
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Distance at each lag of ``heads`` pooled sinusoidal blocks of width ``d`` (RoPE's
+    orbit). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     k = np.arange(n, dtype=np.float64)[:, None]
     sq = np.sum(2.0 * (1.0 - np.cos(k * frequencies(d)[None, :])), axis=1)
     return np.sqrt(np.clip(heads * sq, 0.0, None))
 
 
 def alibi_profiles(n: int, slopes: np.ndarray, form: str) -> np.ndarray:
-    """Per-head ALiBi distance at each lag (heads x n): m |k| (``linear``) or sqrt(2 - 2 exp(-m
-    |k|)) (``kernel``). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Per-head ALiBi distance at each lag (heads x n): m |k| (``linear``) or sqrt(2 - 2
+    exp(-m |k|)) (``kernel``). Chapter: *The optimal encoding: classical MDS on
+    Hellinger geometry*."""
     k = np.arange(n, dtype=np.float64)[None, :]
     m = np.asarray(slopes, dtype=np.float64)[:, None]
     if checks.choice(form, "form", ALIBI_FORMS) == "linear":
@@ -127,23 +131,28 @@ def padded_mu(counts: np.ndarray, num_sequences: int) -> np.ndarray:
 
 
 def match_error(q: str, value: float | np.ndarray, paper: float) -> Any:
-    """Error of ``value`` against the paper's number in units of the tolerance of quantity ``q`` (<=
-    1 is a match). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Error of ``value`` against the paper's number in units of the tolerance of
+    quantity ``q`` (<= 1 is a match). Chapter: *The optimal encoding: classical MDS on
+    Hellinger geometry*."""
     kind, tol = TOLERANCES[q]
     value = np.asarray(value, dtype=np.float64)
     err = np.abs(value - paper) / abs(paper) if kind == "rel" else np.abs(value - paper)
     return err / tol
 
 
-def _encoding_distances(n, widths, rope_layouts, slopes, forms) -> tuple[dict, dict, dict]:
-    """The distance matrices of the grid's sinusoidal, RoPE (None: a layout the width cannot hold)
-    and ALiBi (one per pooled head) encodings on n positions."""
+def _encoding_distances(
+    n, widths, rope_layouts, slopes, forms
+) -> tuple[dict, dict, dict]:
+    """The distance matrices of the grid's sinusoidal, RoPE (None: a layout the width
+    cannot hold) and ALiBi (one per pooled head) encodings on n positions."""
     sin_E = {w: toeplitz_distances(sinusoid_profile(n, w)) for w in widths}
     rope_E = {}
     for w, lay in itertools.product(widths, rope_layouts):
         dh, h = ROPE_LAYOUTS[lay](w)
         valid = h >= 1 and 2 <= dh <= w and dh % 2 == 0
-        rope_E[w, lay] = toeplitz_distances(sinusoid_profile(n, dh, h)) if valid else None
+        rope_E[w, lay] = (
+            toeplitz_distances(sinusoid_profile(n, dh, h)) if valid else None
+        )
     alibi_E = {}
     for sl, form in itertools.product(slopes, forms):
         m, pool = SLOPES[sl](n)
@@ -164,36 +173,53 @@ def forensic_grid(
     forms: Sequence[str] = ALIBI_FORMS,
     violation: bool = True,
 ) -> pd.DataFrame:
-    """Every setting of the grid scored on every geometry ((n, special, short) -> D_H), one row per
-    setting. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Every setting of the grid scored on every geometry ((n, special, short) -> D_H),
+    one row per setting. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     import pandas as pd
 
-    grid = dict(definition=(definitions, DEFINITIONS), rope=(rope_layouts, ROPE_LAYOUTS))
-    for name, (chosen, known) in (
-        grid | dict(slope=(slopes, SLOPES), form=(forms, ALIBI_FORMS))
-    ).items():
-        unknown = [x for x in chosen if x not in known]
-        if unknown:
-            raise ValueError(f"unknown {name} options {unknown}: known {list(known)}")
+    options = dict(
+        definition=(definitions, DEFINITIONS), rope=(rope_layouts, ROPE_LAYOUTS)
+    )
+    options |= dict(slope=(slopes, SLOPES), form=(forms, ALIBI_FORMS))
+    for name, (chosen, known) in options.items():
+        for x in chosen:
+            checks.choice(x, name, known)
     rows = []
     for (n_req, special, short), D in geometries.items():
         D = np.asarray(D, dtype=np.float64)
         n = D.shape[0]
         rate = monotonicity_violation_rate(D, input_kind="distances").rate
         rate = rate if violation else np.nan
-        sin_E, rope_E, alibi_E = _encoding_distances(n, widths, rope_layouts, slopes, forms)
+        sin_E, rope_E, alibi_E = _encoding_distances(
+            n, widths, rope_layouts, slopes, forms
+        )
         setting = dict(n_requested=n_req, n=n, special=special, short=short)
         for defn, tri in itertools.product(definitions, triangles):
             f = DEFINITIONS[defn]
             sin_v = {w: f(E, D, tri) for w, E in sin_E.items()}
-            rope_v = {key: np.nan if E is None else f(E, D, tri) for key, E in rope_E.items()}
-            alibi_v = {
-                key: float(np.mean([f(E, D, tri) for E in Es])) for key, Es in alibi_E.items()
+            rope_v = {
+                key: np.nan if E is None else f(E, D, tri) for key, E in rope_E.items()
             }
-            for w, lay, sl, form in itertools.product(widths, rope_layouts, slopes, forms):
-                row = dict(definition=defn, triangle=tri, width=w, rope=lay, slope=sl, form=form)
+            alibi_v = {
+                key: float(np.mean([f(E, D, tri) for E in Es]))
+                for key, Es in alibi_E.items()
+            }
+            for w, lay, sl, form in itertools.product(
+                widths, rope_layouts, slopes, forms
+            ):
+                row = dict(
+                    definition=defn,
+                    triangle=tri,
+                    width=w,
+                    rope=lay,
+                    slope=sl,
+                    form=form,
+                )
                 values = dict(
-                    sinusoidal=sin_v[w], rope_stress=rope_v[w, lay], alibi=alibi_v[sl, form]
+                    sinusoidal=sin_v[w],
+                    rope_stress=rope_v[w, lay],
+                    alibi=alibi_v[sl, form],
                 )
                 rows.append({**row, **setting, **values, "violation": rate})
     return pd.DataFrame(rows)
@@ -202,8 +228,9 @@ def forensic_grid(
 def free_choices(
     matched: Sequence[str], definition: str, options: Mapping[str, Sequence[Any]]
 ) -> int:
-    """The grid dimensions (with options) that the ``matched`` quantities depend on, counted once.
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """The grid dimensions (with options) that the ``matched`` quantities depend on,
+    counted once. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     dims = {d for q in matched for d in DEPENDS[q]}
     if definition not in TRIANGLE_SENSITIVE:
         dims.discard("triangle")
@@ -224,7 +251,8 @@ def score_grid(
     match_columns = [f"match_{q}" for q in qs]
     out["matches"] = out[match_columns].sum(axis=1).astype(int)
     out["matched"] = [
-        ",".join(q for q in qs if row[f"match_{q}"]) for _, row in out[match_columns].iterrows()
+        ",".join(q for q in qs if row[f"match_{q}"])
+        for _, row in out[match_columns].iterrows()
     ]
     out["free_choices"] = [
         free_choices([q for q in m.split(",") if q], defn, options)
@@ -235,8 +263,9 @@ def score_grid(
 
 
 def best_joint(scored: pd.DataFrame, top: int = 10) -> pd.DataFrame:
-    """The settings with the most joint matches, fewest free choices, smallest error (distinct
-    values). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """The settings with the most joint matches, fewest free choices, smallest error
+    (distinct values). Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     ranked = scored.sort_values(
         ["matches", "free_choices", "total_error"], ascending=[False, True, True]
     )
@@ -251,10 +280,16 @@ def best_per_quantity(scored: pd.DataFrame, paper: Mapping[str, float]) -> dict:
     for q in paper:
         row = scored.loc[scored[f"err_{q}"].idxmin()]
         setting = {
-            d: row[d].item() if isinstance(row[d], np.generic) else row[d] for d in DEPENDS[q]
+            d: row[d].item() if isinstance(row[d], np.generic) else row[d]
+            for d in DEPENDS[q]
         }
         out[q] = dict(
-            value=float(row[COLUMNS[q]]), paper=float(paper[q]), matches=bool(row[f"match_{q}"])
+            value=float(row[COLUMNS[q]]),
+            paper=float(paper[q]),
+            matches=bool(row[f"match_{q}"]),
         )
-        out[q].update(fraction_of_grid_matching=float(scored[f"match_{q}"].mean()), setting=setting)
+        out[q].update(
+            fraction_of_grid_matching=float(scored[f"match_{q}"].mean()),
+            setting=setting,
+        )
     return out

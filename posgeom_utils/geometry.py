@@ -1,5 +1,5 @@
-"""The Hellinger geometry of positions, classical and metric MDS, stress, and order statistics.
-Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+"""The Hellinger geometry of positions, classical and metric MDS, stress, and order
+statistics. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
 
 from __future__ import annotations
 
@@ -33,15 +33,16 @@ def bhattacharyya(mu: Any, validate: bool = True) -> np.ndarray:
     root = _sqrt_rows(mu)
     bc = _dense(root @ root.T)
     norms = np.sqrt(np.clip(np.diag(bc), np.finfo(float).tiny, None))
-    bc = bc / np.outer(norms, norms)  # rows summing to 1 +- rounding: identical rows give exactly 1
+    # rows summing to 1 +- rounding: identical rows give exactly 1
+    bc = bc / np.outer(norms, norms)
     bc = np.clip((bc + bc.T) / 2, 0.0, 1.0)
     np.fill_diagonal(bc, 1.0)
     return bc
 
 
 def hellinger_distances(mu: Any, validate: bool = True) -> np.ndarray:
-    """The n x n Hellinger matrix D_H of the rows of ``mu`` (values in [0, 1], exact zero diagonal).
-    Chapter: *Positions in real text*."""
+    """The n x n Hellinger matrix D_H of the rows of ``mu`` (values in [0, 1], exact
+    zero diagonal). Chapter: *Positions in real text*."""
     D = np.sqrt(np.clip(1.0 - bhattacharyya(mu, validate), 0.0, 1.0))
     np.fill_diagonal(D, 0.0)
     return D
@@ -56,8 +57,9 @@ def fisher_rao_distances(mu: Any, validate: bool = True) -> np.ndarray:
 
 
 def pairwise_distances(P: np.ndarray, name: str = "P") -> np.ndarray:
-    """Euclidean distances between the rows of an encoding ``P`` (n x d), via its centred Gram.
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Euclidean distances between the rows of an encoding ``P`` (n x d), via its
+    centred Gram. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     X = checks.finite_array(P, name)
     X = X - X.mean(axis=0)
     sq = np.einsum("ij,ij->i", X, X)
@@ -67,12 +69,17 @@ def pairwise_distances(P: np.ndarray, name: str = "P") -> np.ndarray:
     return D
 
 
-def paired_distances(E: Any, D: Any, triangle: str = "upper") -> tuple[np.ndarray, np.ndarray]:
-    """The entries (e, t) of two n x n distance matrices over the pairs i < j (``upper``) or all
-    (``full``). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+def paired_distances(
+    E: Any, D: Any, triangle: str = "upper"
+) -> tuple[np.ndarray, np.ndarray]:
+    """The entries (e, t) of two n x n distance matrices over the pairs i < j
+    (``upper``) or all (``full``). Chapter: *The optimal encoding: classical MDS on
+    Hellinger geometry*."""
     E, D = checks.distance_matrix(E, "E"), checks.distance_matrix(D, "D")
     if E.shape != D.shape:
-        raise ValueError(f"E and D must have the same shape (n, n), got {E.shape} and {D.shape}")
+        raise ValueError(
+            f"E and D must have the same shape (n, n), got {E.shape} and {D.shape}"
+        )
     if checks.choice(triangle, "triangle", ("upper", "full")) == "full":
         return E.ravel(), D.ravel()
     iu = np.triu_indices(D.shape[0], 1)
@@ -89,8 +96,9 @@ def double_centred_gram(D: np.ndarray) -> np.ndarray:
 
 
 def effective_rank(eigenvalues: np.ndarray, tol: float = 1e-9) -> int:
-    """Number of eigenvalues above ``tol`` times the largest one; 0 when the largest is rounding
-    error. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Number of eigenvalues above ``tol`` times the largest one; 0 when the largest is
+    rounding error. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     lam = checks.finite_array(eigenvalues, "eigenvalues", ndim=1)
     tol = checks.number(tol, "tol", 0, 1, high_open=True)
     top = lam.max(initial=0.0)
@@ -103,32 +111,37 @@ class MDSResult:
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
 
     P: np.ndarray  # (n, r) coordinates, columns in decreasing eigenvalue order
-    eigenvalues: np.ndarray  # all n eigenvalues of B, decreasing (negative ones included)
+    # all n eigenvalues of B, decreasing (negative ones included)
+    eigenvalues: np.ndarray
     effective_rank: int  # eigenvalues above tol * largest
     tol: float
 
     @property
     def r(self) -> int:
-        """Kept columns. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+        """Kept columns. Chapter: *The optimal encoding: classical MDS on Hellinger
+        geometry*."""
         return self.P.shape[1]
 
     @property
     def negative_mass(self) -> float:
-        """Sum of |negative eigenvalues| over sum of |eigenvalues|: 0 when D is Euclidean.
-        Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+        """Sum of |negative eigenvalues| over sum of |eigenvalues|: 0 when D is
+        Euclidean. Chapter: *The optimal encoding: classical MDS on Hellinger
+        geometry*."""
         lam = self.eigenvalues
         total = np.abs(lam).sum()
         return float(np.abs(lam[lam < 0]).sum() / total) if total > 0 else 0.0
 
 
 def classical_mds(D: np.ndarray, r: int | None = None, tol: float = 1e-9) -> MDSResult:
-    """Algorithm 1 (Torgerson-Gower): the top-``r`` coordinates of B = -1/2 J D^2 J (``r=None``: the
-    effective rank). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Algorithm 1 (Torgerson-Gower): the top-``r`` coordinates of B = -1/2 J D^2 J
+    (``r=None``: the effective rank). Chapter: *The optimal encoding: classical MDS on
+    Hellinger geometry*."""
     tol = checks.number(tol, "tol", 0, 1, high_open=True)
     B = double_centred_gram(D)
     if r is not None:
         r = checks.integer(r, "r", 1, B.shape[0])
-    with blas_threads():  # the thread count is configuration: POSGEOM_BLAS_THREADS (settings)
+    # the thread count is configuration: POSGEOM_BLAS_THREADS (settings)
+    with blas_threads():
         lam, U = np.linalg.eigh(B)
     lam, U = lam[::-1], U[:, ::-1]
     rank = effective_rank(lam, tol)
@@ -138,20 +151,23 @@ def classical_mds(D: np.ndarray, r: int | None = None, tol: float = 1e-9) -> MDS
 
 
 def stress(P: np.ndarray, D: np.ndarray, scale: str = "raw") -> float:
-    """The normalised stress of encoding ``P`` against ``D`` ({prf:ref}`def-stress`), ``fitted``:
-    after the best scale. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """The normalised stress of encoding ``P`` against ``D`` ({prf:ref}`def-stress`),
+    ``fitted``: after the best scale. Chapter: *The optimal encoding: classical MDS on
+    Hellinger geometry*."""
     D = checks.distance_matrix(D)
     P = np.asarray(P)
     if P.ndim != 2 or P.shape[0] != D.shape[0]:
-        raise ValueError(f"P must have one row per position of D ({len(D)}), got shape {P.shape}")
+        raise ValueError(
+            f"P must have one row per position of D ({len(D)}), got shape {P.shape}"
+        )
     return stress_of_distances(
         pairwise_distances(P), D, checks.choice(scale, "scale", ("raw", "fitted"))
     )
 
 
 def stress_of_distances(E: np.ndarray, D: np.ndarray, scale: str = "raw") -> float:
-    """Normalised stress of a distance matrix ``E`` against ``D`` (their upper triangles).
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Normalised stress of a distance matrix ``E`` against ``D`` (their upper
+    triangles). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     checks.choice(scale, "scale", ("raw", "fitted"))
     e, t = paired_distances(E, D)
     denom = float(t @ t)
@@ -164,31 +180,42 @@ def stress_of_distances(E: np.ndarray, D: np.ndarray, scale: str = "raw") -> flo
 
 
 def best_scale(E: np.ndarray, D: np.ndarray) -> float:
-    """The best scale s*. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """The best scale s*. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     iu = np.triu_indices(np.asarray(D).shape[0], 1)
     e, t = np.asarray(E)[iu], np.asarray(D)[iu]
     return float(e @ t / (e @ e)) if float(e @ e) > 0 else 0.0
 
 
 def smacof(
-    D: np.ndarray, r: int, init: np.ndarray | None = None, max_iter: int = 300, eps: float = 1e-6
+    D: np.ndarray,
+    r: int,
+    init: np.ndarray | None = None,
+    max_iter: int = 300,
+    eps: float = 1e-6,
 ) -> np.ndarray:
-    """Metric MDS (SMACOF) at dimension ``r`` from classical MDS (or ``init``), never above its
-    start. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Metric MDS (SMACOF) at dimension ``r`` from classical MDS (or ``init``), never
+    above its start. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     from sklearn.manifold import smacof as _smacof
 
     D = checks.distance_matrix(D)
     r = checks.integer(r, "r", 1, D.shape[0])
-    start = classical_mds(D, r).P if init is None else np.asarray(init, dtype=np.float64)
+    start = (
+        classical_mds(D, r).P if init is None else np.asarray(init, dtype=np.float64)
+    )
     if start.shape != (D.shape[0], r):
         raise ValueError(f"init must have shape ({D.shape[0]}, {r}), got {start.shape}")
-    options = dict(metric=True, n_init=1, max_iter=max_iter, eps=eps, normalized_stress=False)
+    options = dict(
+        metric=True, n_init=1, max_iter=max_iter, eps=eps, normalized_stress=False
+    )
     P, _ = _smacof(D, n_components=r, init=start, **options)
     return P if stress(P, D) <= stress(start, D) else start
 
 
 def is_circulant(D: np.ndarray, atol: float = 1e-10) -> bool:
-    """Circulant D? Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Circulant D? Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     D = np.asarray(D)
     n = D.shape[0]
     idx = (np.arange(n)[None, :] - np.arange(n)[:, None]) % n
@@ -227,8 +254,8 @@ def cosine_correlation(v: np.ndarray, k: int) -> float:
 
 
 def sign_changes(v: np.ndarray, tol: float = 1e-9) -> int:
-    """How often ``v`` changes sign; entries within ``tol`` times max |v| of 0 are skipped.
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """How often ``v`` changes sign; entries within ``tol`` times max |v| of 0 are
+    skipped. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     v = checks.finite_array(v, "v", ndim=1)
     tol = checks.number(tol, "tol", 0, 1, high_open=True)
     kept = v[np.abs(v) > tol * np.abs(v).max(initial=0.0)]
@@ -256,15 +283,23 @@ def stress_by_rank(D: np.ndarray, ranks: list[int]) -> "pd.DataFrame":
     rows = []
     for r in ranks:
         relation = "<" if r < rank else ("=" if r == rank else ">")
-        rows.append((int(r), relation, stress(classical_mds(D, r).P, D), stress(smacof(D, r), D)))
+        rows.append(
+            (
+                int(r),
+                relation,
+                stress(classical_mds(D, r).P, D),
+                stress(smacof(D, r), D),
+            )
+        )
     columns = ["r", "r vs rank B", "classical MDS", "SMACOF"]
     return pd.DataFrame(rows, columns=columns).set_index("r")
 
 
 @dataclass
 class ViolationRate:
-    """How often distances disagree with sequence distance (:func:`monotonicity_violation_rate`).
-    Chapter: *Are nearby positions encoded nearby?*."""
+    """How often distances disagree with sequence distance
+    (:func:`monotonicity_violation_rate`). Chapter: *Are nearby positions encoded
+    nearby?*."""
 
     rate: float
     comparisons: int  # comparisons counted (exact) or sampled
@@ -289,16 +324,22 @@ def _as_distances(X: np.ndarray, input_kind: str) -> np.ndarray:
     return pairwise_distances(X)
 
 
-def _triplet_score(E: np.ndarray, R: np.ndarray, eps_e: float, eps_r: float) -> tuple[float, int]:
-    """Over anchors i and j, k != i with R_ij < R_ik (beyond ``eps_r``): the triplets with E_ij >
-    E_ik (ties within ``eps_e`` one half) and the number of triplets (exact counts, in any
-    order)."""
+def _triplet_score(
+    E: np.ndarray, R: np.ndarray, eps_e: float, eps_r: float
+) -> tuple[float, int]:
+    """Over anchors i and j, k != i with R_ij < R_ik (beyond ``eps_r``): the triplets
+    with E_ij > E_ik (ties within ``eps_e`` one half) and the number of triplets (exact
+    counts, in any order)."""
     off = ~np.eye(E.shape[0], dtype=bool)
     score, total = 0.0, 0
     for i in range(E.shape[0]):
-        closer = (R[i][None, :] - R[i][:, None] > eps_r) & off[i][:, None] & off[i][None, :]
+        closer = (
+            (R[i][None, :] - R[i][:, None] > eps_r) & off[i][:, None] & off[i][None, :]
+        )
         diff = E[i][:, None] - E[i][None, :]  # [j, k]: E_ij - E_ik
-        score += np.sum(closer & (diff > eps_e)) + 0.5 * np.sum(closer & (np.abs(diff) <= eps_e))
+        score += np.sum(closer & (diff > eps_e)) + 0.5 * np.sum(
+            closer & (np.abs(diff) <= eps_e)
+        )
         total += int(closer.sum())
     return score, total
 
@@ -307,7 +348,9 @@ def _pair_counts(D: np.ndarray, eps: float) -> tuple[float, int]:
     """Violations (ties one half) and comparisons over every pair of pairs (n <= 64)."""
     n = D.shape[0]
     if n > 64:
-        raise ValueError(f"exact 'pairs' is limited to n <= 64, got n={n}: pass sample=...")
+        raise ValueError(
+            f"exact 'pairs' is limited to n <= 64, got n={n}: pass sample=..."
+        )
     i, j = np.triu_indices(n, 1)
     o, e = j - i, D[i, j]
     closer = o[:, None] < o[None, :]
@@ -316,8 +359,11 @@ def _pair_counts(D: np.ndarray, eps: float) -> tuple[float, int]:
     return np.sum(closer & (diff > eps)) + 0.5 * np.sum(ties), int(closer.sum())
 
 
-def _sampled_distances(D: np.ndarray, kind: str, sample: int, seed: int) -> tuple[np.ndarray, ...]:
-    """Distances of the nearer and of the farther pair in ``sample`` seeded random comparisons."""
+def _sampled_distances(
+    D: np.ndarray, kind: str, sample: int, seed: int
+) -> tuple[np.ndarray, ...]:
+    """Distances of the nearer and of the farther pair in ``sample`` seeded random
+    comparisons."""
     n = D.shape[0]
     rng = np.random.default_rng(seed)
     if kind == "triplets":
@@ -330,7 +376,9 @@ def _sampled_distances(D: np.ndarray, kind: str, sample: int, seed: int) -> tupl
     o1, o2 = np.abs(i1 - j1), np.abs(i2 - j2)
     keep = (o1 > 0) & (o2 > 0) & (o1 != o2)
     i1, j1, i2, j2, o1, o2 = (x[keep][:sample] for x in (i1, j1, i2, j2, o1, o2))
-    return np.where(o1 < o2, D[i1, j1], D[i2, j2]), np.where(o1 < o2, D[i2, j2], D[i1, j1])
+    return np.where(o1 < o2, D[i1, j1], D[i2, j2]), np.where(
+        o1 < o2, D[i2, j2], D[i1, j1]
+    )
 
 
 def monotonicity_violation_rate(
@@ -341,9 +389,9 @@ def monotonicity_violation_rate(
     seed: int = 0,
     tie_tol: float = 1e-9,
 ) -> ViolationRate:
-    """Share of comparisons (``triplets`` or ``pairs``, exact or ``sample``d) in which a farther
-    position is closer in ``X``; ties count one half.
-    Chapter: *Are nearby positions encoded nearby?*."""
+    """Share of comparisons (``triplets`` or ``pairs``, exact or ``sample``d) in which a
+    farther position is closer in ``X``; ties count one half. Chapter: *Are nearby
+    positions encoded nearby?*."""
     checks.choice(kind, "kind", ("triplets", "pairs"))
     if sample is not None:
         sample = checks.integer(sample, "sample")
@@ -351,11 +399,16 @@ def monotonicity_violation_rate(
     D = _as_distances(X, input_kind)
     eps = tie_tol * float(np.max(D, initial=0.0))
     if D.shape[0] < 3:
-        raise ValueError(f"need at least 3 positions to compare distances, got n={D.shape[0]}")
+        raise ValueError(
+            f"need at least 3 positions to compare distances, got n={D.shape[0]}"
+        )
     if sample is None:
-        lags = np.abs(np.subtract.outer(np.arange(len(D)), np.arange(len(D))))  # |i - j|
+        # |i - j|
+        lags = np.abs(np.subtract.outer(np.arange(len(D)), np.arange(len(D))))
         triplets = kind == "triplets"
-        violations, total = _triplet_score(D, lags, eps, 0) if triplets else _pair_counts(D, eps)
+        violations, total = (
+            _triplet_score(D, lags, eps, 0) if triplets else _pair_counts(D, eps)
+        )
         rate = float(violations / total)
         return ViolationRate(rate, total, True, rate, rate, kind)
     near_d, far_d = _sampled_distances(D, kind, sample, seed)
@@ -363,23 +416,31 @@ def monotonicity_violation_rate(
     m = score.size
     rate = float(score.mean())
     half = 1.96 * float(score.std(ddof=1)) / np.sqrt(m) if m > 1 else float("nan")
-    return ViolationRate(rate, int(m), False, float(rate - half), float(rate + half), kind)
+    return ViolationRate(
+        rate, int(m), False, float(rate - half), float(rate + half), kind
+    )
 
 
 def _centred(M: np.ndarray, name: str) -> np.ndarray:
-    """``M`` with centred columns; ``ValueError`` when all its rows are equal up to rounding."""
+    """``M`` with centred columns; ``ValueError`` when all its rows are equal up to
+    rounding."""
     Mc = M - M.mean(0)
     if np.abs(Mc).max() <= 1e-12 * np.abs(M).max():
-        raise ValueError(f"CKA is undefined: {name} has the same row everywhere (zero variance)")
+        raise ValueError(
+            f"CKA is undefined: {name} has the same row everywhere (zero variance)"
+        )
     return Mc
 
 
 def linear_cka(X: np.ndarray, Y: np.ndarray) -> float:
-    """Linear CKA ``||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F)`` of two representations of the
-    same n points (rows), never NaN: bad input raises. Chapter: *Positions layer by layer*."""
+    """Linear CKA ``||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F)`` of two
+    representations of the same n points (rows), never NaN: bad input raises.
+    Chapter: *Positions layer by layer*."""
     X, Y = checks.finite_array(X, "X"), checks.finite_array(Y, "Y")
     if X.shape[0] != Y.shape[0] or X.shape[0] < 2:
-        raise ValueError(f"X and Y must have the same n >= 2 rows, got {X.shape} and {Y.shape}")
+        raise ValueError(
+            f"X and Y must have the same n >= 2 rows, got {X.shape} and {Y.shape}"
+        )
     Xc, Yc = _centred(X, "X"), _centred(Y, "Y")
     # Gram-matrix form (n x n): cheaper than d x d' when n < d, as for positions
     Kx, Ky = Xc @ Xc.T, Yc @ Yc.T
@@ -387,13 +448,15 @@ def linear_cka(X: np.ndarray, Y: np.ndarray) -> float:
     value = float(np.sum(Kx * Ky) / denom) if denom > 0 else float("nan")
     if not np.isfinite(value):  # the Gram matrices under- or overflow
         norms = f"{np.linalg.norm(Xc):.3g} and {np.linalg.norm(Yc):.3g}"
-        raise ValueError(f"CKA is not finite for X and Y (norms {norms}): rescale X and Y")
+        raise ValueError(
+            f"CKA is not finite for X and Y (norms {norms}): rescale X and Y"
+        )
     return value
 
 
 def tie_robust(x: np.ndarray, digits: int = 9) -> np.ndarray:
-    """``x`` rounded to ``digits`` significant digits, so that exact ties survive BLAS rounding.
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """``x`` rounded to ``digits`` significant digits, so that exact ties survive BLAS
+    rounding. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     x = np.asarray(x, dtype=np.float64)
     if not np.all(np.isfinite(x)):
         raise ValueError("x contains NaN or inf: check the distances it came from")
@@ -405,8 +468,9 @@ def tie_robust(x: np.ndarray, digits: int = 9) -> np.ndarray:
 
 
 def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> "pd.DataFrame":
-    """Per encoding: rank, raw and fitted stress against ``D``, best scale, Spearman rho of the
-    distances. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Per encoding: rank, raw and fitted stress against ``D``, best scale, Spearman rho
+    of the distances. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     import pandas as pd
     from scipy.stats import spearmanr
 
@@ -419,9 +483,19 @@ def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> "pd.DataFra
         rank = int(np.linalg.matrix_rank(centred, tol=1e-9 * max(1.0, np.abs(P).max())))
         e, t = tie_robust(E[iu]), tie_robust(D[iu])
         rho = spearmanr(e, t).statistic if np.ptp(E[iu]) > 0 else np.nan
-        raw, fitted = stress_of_distances(E, D, "raw"), stress_of_distances(E, D, "fitted")
+        raw, fitted = (
+            stress_of_distances(E, D, "raw"),
+            stress_of_distances(E, D, "fitted"),
+        )
         rows.append((name, rank, raw, fitted, best_scale(E, D), float(rho)))
-    columns = ["encoding", "rank", "raw stress", "fitted stress", "best scale", "Spearman rho"]
+    columns = [
+        "encoding",
+        "rank",
+        "raw stress",
+        "fitted stress",
+        "best scale",
+        "Spearman rho",
+    ]
     return pd.DataFrame(rows, columns=columns).set_index("encoding")
 
 
@@ -433,8 +507,9 @@ def _position_gram(P: np.ndarray) -> np.ndarray:
 
 
 def dot_monotonicity(P: np.ndarray) -> float:
-    """Wang et al.'s (2021) monotonicity: the share of triples, j and k on one side of i, |i - j| <
-    |i - k|, with p_i . p_j > p_i . p_k (ties one half). Chapter: *Related work*."""
+    """Wang et al.'s (2021) monotonicity: the share of triples, j and k on one side of
+    i, |i - j| < |i - k|, with p_i . p_j > p_i . p_k (ties one half). Chapter: *Related
+    work*."""
     G = _position_gram(P)
     n = len(G)
     i, j, k = np.meshgrid(np.arange(n), np.arange(n), np.arange(n), indexing="ij")
@@ -445,8 +520,9 @@ def dot_monotonicity(P: np.ndarray) -> float:
 
 
 def translation_invariance(P: np.ndarray) -> float:
-    """Wang et al.'s (2021) translation invariance: the share of the variance of the dot products
-    p_i . p_j (i != j) explained by the offset j - i. Chapter: *Related work*."""
+    """Wang et al.'s (2021) translation invariance: the share of the variance of the
+    dot products p_i . p_j (i != j) explained by the offset j - i. Chapter: *Related
+    work*."""
     G = _position_gram(P)
     n = len(G)
     offsets = np.subtract.outer(np.arange(n), np.arange(n))

@@ -1,5 +1,6 @@
-"""The positional token distributions mu_i of a corpus (n x V), counted in one stream of flat keys
-``i * V + v`` into a sparse matrix; padding is never counted. Chapter: *Positions in real text*."""
+"""The positional token distributions mu_i of a corpus (n x V), counted in one stream of
+flat keys ``i * V + v`` into a sparse matrix; padding is never counted.
+Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ MERGE_KEYS = ("n", "V", "special_tokens", "align", "view", "tokenizer_sha", "ver
 
 
 def _csr(keys: np.ndarray, values: np.ndarray, n: int, V: int) -> sp.csr_array:
-    """The n x V CSR matrix holding ``values`` at the sorted, distinct flat keys ``i * V + v``."""
+    """The n x V CSR matrix holding ``values`` at the sorted, distinct flat keys ``i * V
+    + v``."""
     rows = keys // V
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
@@ -38,11 +40,13 @@ def _csr(keys: np.ndarray, values: np.ndarray, n: int, V: int) -> sp.csr_array:
 
 @dataclass
 class PositionalMarginals:
-    """Token counts per position, and their ``mu``. Chapter: *Positions in real text*."""
+    """Token counts per position, and their ``mu``. Chapter: *Positions in real
+    text*."""
 
     counts: sp.csr_array  # (n, V) int64: how often token v stands at position i
     support: np.ndarray  # (n,) int64: how many sequences reach position i
-    length_hist: np.ndarray  # length_hist[L] = number of sequences of (untruncated) length L
+    # length_hist[L] = number of sequences of (untruncated) length L
+    length_hist: np.ndarray
     params: dict = field(default_factory=dict)
 
     @property
@@ -61,7 +65,8 @@ class PositionalMarginals:
         return int(self.length_hist.sum())
 
     def mu(self, smoothing: float = 0.0) -> np.ndarray:
-        """The distributions, ``smoothing`` added to counts. Chapter: *Positions in real text*."""
+        """The distributions, ``smoothing`` added to counts. Chapter: *Positions in real
+        text*."""
         fix = "pass 0 (plain frequencies) or a small pseudo-count such as 0.5"
         smoothing = checks.number(smoothing, "smoothing", 0, fix=fix)
         empty = np.flatnonzero(self.support == 0)
@@ -75,12 +80,17 @@ class PositionalMarginals:
             dense += smoothing
         return dense / (self.support[:, None] + smoothing * self.V)
 
-    def truncate(self, n: int | None = None, min_count: int | None = None) -> "PositionalMarginals":
-        """Keep the first ``n`` positions, and/or those reached by at least ``min_count`` sequences.
-        Chapter: *Positions in real text*."""
+    def truncate(
+        self, n: int | None = None, min_count: int | None = None
+    ) -> "PositionalMarginals":
+        """Keep the first ``n`` positions, and/or those reached by at least
+        ``min_count`` sequences. Chapter: *Positions in real text*."""
         keep = self.n if n is None else min(checks.integer(n, "n"), self.n)
         if min_count is not None:
-            keep = min(keep, int(np.sum(self.support >= checks.integer(min_count, "min_count"))))
+            keep = min(
+                keep,
+                int(np.sum(self.support >= checks.integer(min_count, "min_count"))),
+            )
         if keep < 1:
             most = int(self.support.max(initial=0))
             raise ValueError(
@@ -88,10 +98,13 @@ class PositionalMarginals:
             )
         params = {**self.params, "n": keep, "min_count": min_count}
         support = self.support[:keep].copy()
-        return PositionalMarginals(self.counts[:keep], support, self.length_hist, params)
+        return PositionalMarginals(
+            self.counts[:keep], support, self.length_hist, params
+        )
 
     def entropy(self, base: float = 2.0) -> np.ndarray:
-        """Shannon entropy of each mu_i (bits by default). Chapter: *Positions in real text*."""
+        """Shannon entropy of each mu_i (bits by default). Chapter: *Positions in real
+        text*."""
         fix = "pass 2 (bits) or math.e (nats)"
         base = checks.number(base, "base", 0, low_open=True, fix=fix)
         if base == 1:
@@ -99,11 +112,13 @@ class PositionalMarginals:
         c = self.counts
         rows = np.repeat(np.arange(self.n), np.diff(c.indptr))
         p = c.data / np.maximum(self.support[rows], 1)
-        h = np.bincount(rows, weights=-p * np.log(p), minlength=self.n)  # O(nnz), not per token
+        # O(nnz), not per token
+        h = np.bincount(rows, weights=-p * np.log(p), minlength=self.n)
         return h / np.log(base)
 
     def top_tokens(self, i: int, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
-        """The ``k`` commonest tokens at ``i``, with shares. Chapter: *Positions in real text*."""
+        """The ``k`` commonest tokens at ``i``, with shares. Chapter: *Positions in real
+        text*."""
         i = checks.integer(i, "i", 0, self.n - 1)
         k = checks.integer(k, "k", fix="how many tokens to list, e.g. k=5")
         row = self.counts[[i]]
@@ -111,16 +126,23 @@ class PositionalMarginals:
         return row.indices[order], row.data[order] / max(int(self.support[i]), 1)
 
     def merge(self, other: "PositionalMarginals") -> "PositionalMarginals":
-        """The counts of both corpora together, exactly. Chapter: *Beyond one machine*."""
+        """The counts of both corpora together, exactly. Chapter: *Beyond one
+        machine*."""
         if not isinstance(other, PositionalMarginals):
-            raise TypeError(f"other must be a PositionalMarginals, got {type(other).__name__}")
+            raise TypeError(
+                f"other must be a PositionalMarginals, got {type(other).__name__}"
+            )
         if self.counts.shape != other.counts.shape:
             shapes = f"{self.counts.shape} and {other.counts.shape}"
-            raise ValueError(f"cannot merge counts of shapes {shapes}: use one n and tokenizer")
+            raise ValueError(
+                f"cannot merge counts of shapes {shapes}: use one n and tokenizer"
+            )
         for key in MERGE_KEYS:
             a, b = self.params.get(key), other.params.get(key)
             if a is not None and b is not None and a != b:
-                raise ValueError(f"cannot merge counts made with {key}={a!r} and {key}={b!r}")
+                raise ValueError(
+                    f"cannot merge counts made with {key}={a!r} and {key}={b!r}"
+                )
         counts = (self.counts + other.counts).tocsr()
         counts.sum_duplicates()  # canonical: sorted indices, no duplicates
         size = max(self.length_hist.size, other.length_hist.size)
@@ -129,13 +151,18 @@ class PositionalMarginals:
         length_hist[: other.length_hist.size] += other.length_hist
         params = {k: v for k, v in self.params.items() if other.params.get(k) == v}
         support = (self.support + other.support).astype(np.int64)
-        return PositionalMarginals(counts.astype(np.int64), support, length_hist, params)
+        return PositionalMarginals(
+            counts.astype(np.int64), support, length_hist, params
+        )
 
     def save(self, path: Path) -> Path:
-        """Write atomically to ``path`` (an ``.npz``). Chapter: *Positions in real text*."""
+        """Write atomically to ``path`` (an ``.npz``). Chapter: *Positions in real
+        text*."""
         c = self.counts
 
-        arrays = dict(data=c.data, indices=c.indices, indptr=c.indptr, shape=np.array(c.shape))
+        arrays = dict(
+            data=c.data, indices=c.indices, indptr=c.indptr, shape=np.array(c.shape)
+        )
         arrays.update(support=self.support, length_hist=self.length_hist)
         arrays["params"] = np.array(json.dumps(self.params, default=str))
 
@@ -149,13 +176,17 @@ class PositionalMarginals:
     def load(cls, path: Path) -> "PositionalMarginals":
         """Read what :meth:`save` wrote. Chapter: *Positions in real text*."""
         with np.load(path, allow_pickle=False) as z:
-            counts = sp.csr_array((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
-            return cls(counts, z["support"], z["length_hist"], json.loads(str(z["params"])))
+            counts = sp.csr_array(
+                (z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"])
+            )
+            return cls(
+                counts, z["support"], z["length_hist"], json.loads(str(z["params"]))
+            )
 
 
 def special_template(tokenizer: Any) -> tuple[list[int], list[int]]:
-    """The special tokens the tokenizer puts before and after a text (``[CLS]`` and ``[SEP]`` for
-    BERT). Chapter: *Positions in real text*."""
+    """The special tokens the tokenizer puts before and after a text (``[CLS]`` and
+    ``[SEP]`` for BERT). Chapter: *Positions in real text*."""
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
     full = tokenizer("a", add_special_tokens=True)["input_ids"]
     for k in range(len(full) - len(plain) + 1):
@@ -165,7 +196,8 @@ def special_template(tokenizer: Any) -> tuple[list[int], list[int]]:
 
 
 class _Encoder:
-    """Tokenize a batch of texts (no special tokens, no truncation) into flat ids and lengths."""
+    """Tokenize a batch of texts (no special tokens, no truncation) into flat ids and
+    lengths."""
 
     def __init__(self, tokenizer: Any):
         self.tokenizer = tokenizer
@@ -176,9 +208,16 @@ class _Encoder:
 
     def __call__(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         if self.backend is not None:
-            ids = [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+            ids = [
+                e.ids
+                for e in self.backend.encode_batch(
+                    list(texts), add_special_tokens=False
+                )
+            ]
         else:  # slow tokenizers: same result, Python speed
-            encoded = self.tokenizer(list(texts), add_special_tokens=False, truncation=False)
+            encoded = self.tokenizer(
+                list(texts), add_special_tokens=False, truncation=False
+            )
             ids = encoded["input_ids"]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         flat = itertools.chain.from_iterable(ids)
@@ -186,8 +225,9 @@ class _Encoder:
 
 
 class _Counter:
-    """Accumulates flat keys ``i * V + v`` and folds them into sparse counts, one sort per buffer
-    (memory: the buffer plus the non-zero counts, never a dense n x V array)."""
+    """Accumulates flat keys ``i * V + v`` and folds them into sparse counts, one sort
+    per buffer (memory: the buffer plus the non-zero counts, never a dense n x V
+    array)."""
 
     def __init__(self, n: int, V: int, buffer_tokens: int):
         self.n, self.V, self.buffer_tokens = n, V, buffer_tokens
@@ -200,7 +240,9 @@ class _Counter:
 
     def add(self, positions, ids, model_lengths, full_lengths) -> None:
         dtype = self.dtype
-        keys = positions.astype(dtype, copy=False) * self.V + ids.astype(dtype, copy=False)
+        keys = positions.astype(dtype, copy=False) * self.V + ids.astype(
+            dtype, copy=False
+        )
         self.pending.append(keys)
         self.pending_size += keys.size
         self.support_hist += np.bincount(model_lengths, minlength=self.n + 1)
@@ -224,14 +266,17 @@ class _Counter:
 
     def result(self, params: dict) -> PositionalMarginals:
         self.flush()
-        support = self.support_hist[::-1].cumsum()[::-1][1:]  # sequences with length > i
-        return PositionalMarginals(self.counts, support.astype(np.int64), self.length_hist, params)
+        # sequences with length > i
+        support = self.support_hist[::-1].cumsum()[::-1][1:]
+        return PositionalMarginals(
+            self.counts, support.astype(np.int64), self.length_hist, params
+        )
 
 
 def _positions(lengths, n, prefix, suffix, align, view="model"):
-    """Per batch: each content token's position and whether it counts, the counted special tokens
-    (positions, ids, texts) and each text's reach, as the model sees it or in the corpus
-    (``view``)."""
+    """Per batch: each content token's position and whether it counts, the counted
+    special tokens (positions, ids, texts) and each text's reach, as the model sees it
+    or in the corpus (``view``)."""
     p, s = len(prefix), len(suffix)
     if view == "model":
         kept = np.minimum(lengths, n - p - s)  # content tokens that survive truncation
@@ -244,7 +289,9 @@ def _positions(lengths, n, prefix, suffix, align, view="model"):
     text = np.arange(lengths.size, dtype=np.int64)
     special_pos = [np.full(lengths.size, k, dtype=np.int64) for k in range(p)]
     special_pos += [p + kept + k for k in range(s)]
-    special_ids = [np.full(lengths.size, tok, dtype=np.int64) for tok in prefix + suffix]
+    special_ids = [
+        np.full(lengths.size, tok, dtype=np.int64) for tok in prefix + suffix
+    ]
     special_pos = np.concatenate(special_pos) if special_pos else text[:0]
     special_ids = np.concatenate(special_ids) if special_ids else text[:0]
     special_text = np.tile(text, p + s)
@@ -254,7 +301,14 @@ def _positions(lengths, n, prefix, suffix, align, view="model"):
     mask = (within < np.repeat(kept, lengths)) & (pos < n)
     counted = special_pos < n
     model_len = np.minimum(seq_len, n)
-    return pos, mask, special_pos[counted], special_ids[counted], special_text[counted], model_len
+    return (
+        pos,
+        mask,
+        special_pos[counted],
+        special_ids[counted],
+        special_text[counted],
+        model_len,
+    )
 
 
 def _tokenizer_fingerprint(tokenizer: Any) -> str:
@@ -264,7 +318,8 @@ def _tokenizer_fingerprint(tokenizer: Any) -> str:
         blob = json.dumps(sorted(tokenizer.get_vocab().items()))
     else:
         state = json.loads(backend.to_str())
-        state.pop("truncation", None)  # set by whatever call came last; irrelevant to our counts
+        # set by whatever call came last; irrelevant to our counts
+        state.pop("truncation", None)
         state.pop("padding", None)
         blob = json.dumps(state, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -288,7 +343,9 @@ def _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view="mod
     checks.choice(special_tokens, "special_tokens", SPECIAL_POLICIES)
     checks.choice(align, "align", ALIGNMENTS)
     checks.integer(buffer_tokens, "buffer_tokens")
-    prefix, suffix = special_template(tokenizer) if special_tokens == "keep" else ([], [])
+    prefix, suffix = (
+        special_template(tokenizer) if special_tokens == "keep" else ([], [])
+    )
     specials = len(prefix) + len(suffix)
     if n < specials + 1:
         raise ValueError(
@@ -298,15 +355,30 @@ def _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view="mod
 
 
 def counting_params(
-    tokenizer: Any, n: int, special_tokens: str = "keep", align: str = "start", view: str = "model"
+    tokenizer: Any,
+    n: int,
+    special_tokens: str = "keep",
+    align: str = "start",
+    view: str = "model",
 ) -> dict:
-    """What a count depends on besides the texts (the cache key and the merge check): ``n``, ``V``,
-    the policies and the tokenizer's content hash. Chapter: *Positions in real text*."""
+    """What a count depends on besides the texts (the cache key and the merge check):
+    ``n``, ``V``, the policies and the tokenizer's content hash. Chapter: *Positions in
+    real text*."""
     params = dict(
-        n=checks.integer(n, "n"), V=len(tokenizer), special_tokens=special_tokens, align=align
+        n=checks.integer(n, "n"),
+        V=len(tokenizer),
+        special_tokens=special_tokens,
+        align=align,
     )
-    params.update(view=view, tokenizer=getattr(tokenizer, "name_or_path", type(tokenizer).__name__))
-    return {**params, "tokenizer_sha": _tokenizer_fingerprint(tokenizer), "version": CACHE_VERSION}
+    params.update(
+        view=view,
+        tokenizer=getattr(tokenizer, "name_or_path", type(tokenizer).__name__),
+    )
+    return {
+        **params,
+        "tokenizer_sha": _tokenizer_fingerprint(tokenizer),
+        "version": CACHE_VERSION,
+    }
 
 
 def count_batches(
@@ -319,9 +391,11 @@ def count_batches(
     params: dict | None = None,
     view: str = "model",
 ) -> PositionalMarginals:
-    """The streaming counter: count batches of texts as they come, holding one batch and the sparse
-    counts (no cache). Chapter: *Positions in real text*."""
-    n, prefix, suffix = _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view)
+    """The streaming counter: count batches of texts as they come, holding one batch and
+    the sparse counts (no cache). Chapter: *Positions in real text*."""
+    n, prefix, suffix = _check_options(
+        tokenizer, n, special_tokens, align, buffer_tokens, view
+    )
     if params is None:
         params = counting_params(tokenizer, n, special_tokens, align, view)
     encode = _Encoder(tokenizer)
@@ -335,7 +409,9 @@ def count_batches(
             lengths, n, prefix, suffix, align, view
         )
         positions = np.concatenate([pos[mask], special_pos])
-        counter.add(positions, np.concatenate([ids[mask], special_ids]), reach, lengths + extra)
+        counter.add(
+            positions, np.concatenate([ids[mask], special_ids]), reach, lengths + extra
+        )
     return counter.result(params)
 
 
@@ -351,20 +427,25 @@ def positional_marginals(
     cache: bool = True,
     view: str = "model",
 ) -> PositionalMarginals:
-    """Count the positional token distributions of ``texts`` for positions 0..n-1 (cached on disk).
-    Chapter: *Positions in real text*."""
+    """Count the positional token distributions of ``texts`` for positions 0..n-1
+    (cached on disk). Chapter: *Positions in real text*."""
     n, _, _ = _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view)
     checks.integer(batch_size, "batch_size")
     corpus_key = dict(texts.key) if isinstance(texts, Corpus) else {}
     texts = check_texts(texts)
-    corpus_key["texts_sha256"] = texts_fingerprint(texts)  # the content, whatever the name
-    params = {**counting_params(tokenizer, n, special_tokens, align, view), "corpus": corpus_key}
+    # the content, whatever the name
+    corpus_key["texts_sha256"] = texts_fingerprint(texts)
+    params = {
+        **counting_params(tokenizer, n, special_tokens, align, view),
+        "corpus": corpus_key,
+    }
     path = cache_path("marginals", cache_key(**params), ".npz")
     if cache and path.is_file():
         return _apply_min_count(PositionalMarginals.load(path), min_count)
     starts = range(0, len(texts), batch_size)
     batches = (
-        texts[i : i + batch_size] for i in progress(starts, desc="counting tokens per position")
+        texts[i : i + batch_size]
+        for i in progress(starts, desc="counting tokens per position")
     )
     result = count_batches(
         batches, tokenizer, n, special_tokens, align, buffer_tokens, params, view
@@ -376,7 +457,8 @@ def positional_marginals(
 
 @dataclass
 class TextCounts:
-    """Which (position, token) pairs each text contributes. Chapter: *Positions in real text*."""
+    """Which (position, token) pairs each text contributes. Chapter: *Positions in real
+    text*."""
 
     incidence: sp.csr_array  # (N, K) int8 0/1: text t has pair keys[k]
     keys: np.ndarray  # (K,) int64 flat keys i * V + v, sorted
@@ -396,18 +478,30 @@ class TextCounts:
         n = min(checks.integer(n, "n"), self.n)
         keep = self.keys < n * self.V
         incidence = sp.csr_array(self.incidence[:, np.flatnonzero(keep)])
-        model_lengths, params = np.minimum(self.model_lengths, n), {**self.params, "n": n}
+        model_lengths, params = (
+            np.minimum(self.model_lengths, n),
+            {**self.params, "n": n},
+        )
         return TextCounts(
-            incidence, self.keys[keep], model_lengths, self.full_lengths, n, self.V, params
+            incidence,
+            self.keys[keep],
+            model_lengths,
+            self.full_lengths,
+            n,
+            self.V,
+            params,
         )
 
     def marginals(self, weights: np.ndarray | None = None) -> PositionalMarginals:
-        """The counts of the corpus in which text ``t`` appears ``weights[t]`` times (integers >= 0;
-        all ones by default: the corpus itself). Chapter: *Positions in real text*."""
+        """The counts of the corpus in which text ``t`` appears ``weights[t]`` times
+        (integers >= 0; all ones by default: the corpus itself). Chapter: *Positions in
+        real text*."""
         N = self.num_texts
         weights = np.ones(N, dtype=np.int64) if weights is None else np.asarray(weights)
         if weights.shape != (N,) or not np.issubdtype(weights.dtype, np.integer):
-            raise ValueError(f"weights must be {N} integers, got {weights.shape}, {weights.dtype}")
+            raise ValueError(
+                f"weights must be {N} integers, got {weights.shape}, {weights.dtype}"
+            )
         if weights.min(initial=0) < 0:
             raise ValueError("weights must be >= 0 (how often each text is drawn)")
         weights = weights.astype(np.int64)
@@ -429,8 +523,8 @@ def text_counts(
     batch_size: int = 2048,
     view: str = "model",
 ) -> TextCounts:
-    """Count ``texts`` like :func:`positional_marginals`, keeping which text contributed each pair.
-    Chapter: *Positions in real text*."""
+    """Count ``texts`` like :func:`positional_marginals`, keeping which text contributed
+    each pair. Chapter: *Positions in real text*."""
     n, prefix, suffix = _check_options(tokenizer, n, special_tokens, align, 1, view)
     texts = check_texts(texts)
     V = len(tokenizer)
@@ -447,34 +541,46 @@ def text_counts(
         key_parts += [pos[mask] * V + ids[mask], sp_pos * V + sp_ids]
         model_lengths.append(reach)
         full_lengths.append(lengths + extra)
-    lengths = (np.concatenate(x).astype(np.int64) for x in (model_lengths, full_lengths))
+    lengths = (
+        np.concatenate(x).astype(np.int64) for x in (model_lengths, full_lengths)
+    )
     params = counting_params(tokenizer, n, special_tokens, align, view)
-    return _incidence(np.concatenate(key_parts), np.concatenate(text_ids), *lengths, n, V, params)
+    return _incidence(
+        np.concatenate(key_parts), np.concatenate(text_ids), *lengths, n, V, params
+    )
 
 
 def _incidence(flat, text_ids, model_lengths, full_lengths, n, V, params) -> TextCounts:
-    """The :class:`TextCounts` of the flat keys ``flat`` contributed by the texts ``text_ids``."""
+    """The :class:`TextCounts` of the flat keys ``flat`` contributed by the texts
+    ``text_ids``."""
     keys, column = np.unique(flat, return_inverse=True)
     incidence = sp.csr_array(
         (np.ones(flat.size, dtype=np.int8), (text_ids, column)),
         shape=(len(model_lengths), keys.size),
     )
-    return TextCounts(incidence, keys.astype(np.int64), model_lengths, full_lengths, n, V, params)
+    return TextCounts(
+        incidence, keys.astype(np.int64), model_lengths, full_lengths, n, V, params
+    )
 
 
 def _check_ids(ids: Any, V: int) -> np.ndarray:
     """``ids`` as a non-empty 2-D array of integers in [0, V)."""
     ids = np.asarray(ids)
     if ids.ndim != 2 or ids.size == 0:
-        raise ValueError(f"ids must be a non-empty 2-D array (texts x positions), got {ids.shape}")
+        raise ValueError(
+            f"ids must be a non-empty 2-D array (texts x positions), got {ids.shape}"
+        )
     if not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0 or ids.max() >= V:
         raise ValueError(f"ids must be integers in [0, V={V})")
     return ids
 
 
-def marginals_from_ids(ids: np.ndarray, V: int, n: int | None = None) -> PositionalMarginals:
-    """Positional counts of equal-length token-id sequences (an N x L array), e.g. a synthetic
-    corpus. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+def marginals_from_ids(
+    ids: np.ndarray, V: int, n: int | None = None
+) -> PositionalMarginals:
+    """Positional counts of equal-length token-id sequences (an N x L array), e.g. a
+    synthetic corpus. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     ids = _check_ids(ids, V)
     n = ids.shape[1] if n is None else min(checks.integer(n, "n"), ids.shape[1])
     counter = _Counter(n, V, buffer_tokens=2**62)
@@ -484,7 +590,9 @@ def marginals_from_ids(ids: np.ndarray, V: int, n: int | None = None) -> Positio
     return counter.result({"n": n, "V": V, "source": "ids"})
 
 
-def _apply_min_count(result: PositionalMarginals, min_count: int | None) -> PositionalMarginals:
+def _apply_min_count(
+    result: PositionalMarginals, min_count: int | None
+) -> PositionalMarginals:
     if min_count is not None:
         return result.truncate(min_count=min_count)
     empty = np.flatnonzero(result.support == 0)

@@ -1,5 +1,6 @@
-"""Tokenizers and pre-trained models by hub id or local path (offline: the packaged MiniLM), the
-device, and how a model encodes positions. Chapter: *Positions in real text*."""
+"""Tokenizers and pre-trained models by hub id or local path (offline: the packaged
+MiniLM), the device, and how a model encodes positions. Chapter: *Positions in real
+text*."""
 
 from __future__ import annotations
 
@@ -41,30 +42,39 @@ def packaged_model_path() -> Path | None:
 
 
 def resolve_model(model_name: str | Path | None = None) -> str | Path:
-    """A local folder or a hub id for ``from_pretrained``. Chapter: *Positions in real text*."""
+    """A local folder or a hub id for ``from_pretrained``. Chapter: *Positions in real
+    text*."""
     if model_name is None or str(model_name) in _PACKAGED_NAMES:
         local = packaged_model_path()
         if local is not None:
             return local
         model_name = DEFAULT_MODEL
     if not isinstance(model_name, (str, Path)) or not str(model_name):
-        raise TypeError(f"model_name must be a Hugging Face id or a local path, got {model_name!r}")
+        raise TypeError(
+            f"model_name must be a Hugging Face id or a local path, got {model_name!r}"
+        )
     path = Path(model_name).expanduser()
     if not path.exists():
         return str(model_name)
     if not (path / "config.json").is_file() and not (path / "tokenizer.json").is_file():
-        raise ValueError(f"model_name={str(model_name)!r} holds no config.json or tokenizer.json")
+        raise ValueError(
+            f"model_name={str(model_name)!r} holds no config.json or tokenizer.json"
+        )
     return path
 
 
 def _load(loader: Any, model_name: str | Path | None, what: str, **kwargs: Any) -> Any:
     target = resolve_model(model_name)
     if isinstance(target, str) and hub_offline():
-        raise ValueError(_unavailable(model_name, what, "the hub is disabled (offline)"))
+        raise ValueError(
+            _unavailable(model_name, what, "the hub is disabled (offline)")
+        )
     try:
         return loader.from_pretrained(target, **kwargs)
     except OSError as exc:
-        raise ValueError(_unavailable(model_name, what, str(exc).splitlines()[0])) from exc
+        raise ValueError(
+            _unavailable(model_name, what, str(exc).splitlines()[0])
+        ) from exc
 
 
 def _unavailable(model_name: object, what: str, why: str) -> str:
@@ -76,7 +86,8 @@ def _unavailable(model_name: object, what: str, why: str) -> str:
 
 
 def load_tokenizer(model_name: str | Path | None = None) -> Any:
-    """A (fast, where one exists) tokenizer by id or path. Chapter: *Positions in real text*."""
+    """A (fast, where one exists) tokenizer by id or path. Chapter: *Positions in real
+    text*."""
     from transformers import AutoTokenizer
 
     return _load(AutoTokenizer, model_name, "tokenizer")
@@ -90,15 +101,21 @@ def load_config(model_name: str | Path | None = None) -> Any:
     return _load(AutoConfig, model_name, "config")
 
 
-def load_model(model_name: str | Path | None = None, device: str = "auto", **kwargs: Any) -> Any:
-    """A pre-trained model in eval mode on ``device``. Chapter: *Positions layer by layer*."""
+def load_model(
+    model_name: str | Path | None = None, device: str = "auto", **kwargs: Any
+) -> Any:
+    """A pre-trained model in eval mode on ``device``. Chapter: *Positions layer by
+    layer*."""
     from transformers import AutoModel
 
-    return _load(AutoModel, model_name, "model", **kwargs).to(select_device(device)).eval()
+    return (
+        _load(AutoModel, model_name, "model", **kwargs).to(select_device(device)).eval()
+    )
 
 
 def model_label(model_name: str | Path | None = None) -> str:
-    """A short human-readable name for tables and captions. Chapter: *Positions in real text*."""
+    """A short human-readable name for tables and captions. Chapter: *Positions in real
+    text*."""
     target = resolve_model(model_name)
     if isinstance(target, Path) and target == packaged_model_path():
         return "all-MiniLM-L6-v2 (packaged)"
@@ -121,20 +138,21 @@ def select_device(device: str = "auto") -> Any:
 
 
 def device_name(device: str = "auto") -> str:
-    """What ``device`` resolves to, in words (``cpu``, ``cuda: NVIDIA H200``, ``unavailable
-    (...)``). Chapter: *Reproduction ledger*."""
+    """What ``device`` resolves to, in words (``cpu``, ``cuda: NVIDIA H200``,
+    ``unavailable (...)``). Chapter: *Reproduction ledger*."""
     try:
         import torch
 
         dev = select_device(device)
-    except Exception as exc:  # noqa: BLE001 - a bad device is reported by the chapter itself
+    # noqa: BLE001 - a bad device is reported by the chapter itself
+    except Exception as exc:
         return f"unavailable ({exc})"
     return f"cuda: {torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else "cpu"
 
 
 def position_embedding_weight(model: Any) -> Any:
-    """The torch parameter of ``model``'s learned absolute position embeddings (``None``: it has
-    none). Chapter: *Why a Transformer needs positions*."""
+    """The torch parameter of ``model``'s learned absolute position embeddings
+    (``None``: it has none). Chapter: *Why a Transformer needs positions*."""
     base = getattr(model, "base_model", model)
     for path in POSITION_TABLE_PATHS:
         obj = base
@@ -148,19 +166,25 @@ def position_embedding_weight(model: Any) -> Any:
 
 
 def learned_position_embeddings(model: Any, n: int | None = None) -> np.ndarray:
-    """The learned absolute position table (n x d) of a Hugging Face model for positions 0..n-1
-    (RoBERTa: after its offset rows). Chapter: *Do distinct positions get distinct vectors?*."""
+    """The learned absolute position table (n x d) of a Hugging Face model for positions
+    0..n-1 (RoBERTa: after its offset rows). Chapter: *Do distinct positions get
+    distinct vectors?*."""
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", type(model).__name__)
     kind = getattr(config, "position_embedding_type", "absolute")
     table = position_embedding_weight(model)
     if table is None or kind not in (None, "absolute"):
         raise ValueError(
-            f"model ({model_type!r}, position_embedding_type={kind!r}) has no learned absolute "
-            "position embeddings: use rope(...) or alibi(...) for positions encoded in attention"
+            f"model ({model_type!r}, position_embedding_type={kind!r}) has no learned "
+            "absolute position embeddings: use rope(...) or alibi(...) for positions "
+            "encoded in attention"
         )
     W = table.detach().float().cpu().numpy().astype(np.float64)
-    offset = int(getattr(config, "pad_token_id", 1) or 0) + 1 if model_type in _OFFSET_MODELS else 0
+    offset = (
+        int(getattr(config, "pad_token_id", 1) or 0) + 1
+        if model_type in _OFFSET_MODELS
+        else 0
+    )
     usable = W.shape[0] - offset
     n = usable if n is None else checks.integer(n, "n")
     if n > usable:
@@ -170,8 +194,8 @@ def learned_position_embeddings(model: Any, n: int | None = None) -> np.ndarray:
 
 @dataclass(frozen=True)
 class PositionalMechanism:
-    """How a model encodes positions (``learned``, ``rope`` or ``alibi``), read from its config.
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """How a model encodes positions (``learned``, ``rope`` or ``alibi``), read from its
+    config. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
 
     kind: str
     n_heads: int | None = None
@@ -205,8 +229,9 @@ def _positive_number(value: object) -> bool:
 
 
 def rope_base(config: Any) -> float | None:
-    """The RoPE base a config names (as an attribute or in ``rope_parameters`` / ``rope_scaling``),
-    or None. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """The RoPE base a config names (as an attribute or in ``rope_parameters`` /
+    ``rope_scaling``), or None. Chapter: *The optimal encoding: classical MDS on
+    Hellinger geometry*."""
     for name in ("rope_theta", "rotary_emb_base"):
         value = getattr(config, name, None)
         if _positive_number(value):
@@ -215,7 +240,8 @@ def rope_base(config: Any) -> float | None:
         params = getattr(config, name, None)
         if not isinstance(params, dict):
             continue
-        full = params.get("full_attention")  # a per-layer-type dict: full attention first
+        # a per-layer-type dict: full attention first
+        full = params.get("full_attention")
         nested = [params] + ([full] if isinstance(full, dict) else [])
         nested += [v for v in params.values() if isinstance(v, dict)]
         for entry in nested:
@@ -226,8 +252,8 @@ def rope_base(config: Any) -> float | None:
 
 
 def position_table_size(config: Any) -> int | None:
-    """How many positions a learned table built from ``config`` holds (``None``: not said).
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """How many positions a learned table built from ``config`` holds (``None``: not
+    said). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     size = config_int(config, "max_position_embeddings", "n_positions")
     if size is None:
         return None
@@ -237,22 +263,29 @@ def position_table_size(config: Any) -> int | None:
 
 
 def positional_mechanism(config: Any) -> PositionalMechanism:
-    """The positional mechanism of a Hugging Face model from its config: ALiBi, RoPE (even head
-    size), or learned. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """The positional mechanism of a Hugging Face model from its config: ALiBi, RoPE
+    (even head size), or learned. Chapter: *The optimal encoding: classical MDS on
+    Hellinger geometry*."""
     model_type = getattr(config, "model_type", "") or ""
     pe_type = getattr(config, "position_embedding_type", "absolute") or "absolute"
     is_alibi = (
-        getattr(config, "alibi", False) or model_type in {"bloom", "mpt"} or pe_type == "alibi"
+        getattr(config, "alibi", False)
+        or model_type in {"bloom", "mpt"}
+        or pe_type == "alibi"
     )
     if model_type == "mpt":
         attn = getattr(config, "attn_config", None)
         is_alibi = (
-            attn.get("alibi", True) if isinstance(attn, dict) else getattr(attn, "alibi", True)
+            attn.get("alibi", True)
+            if isinstance(attn, dict)
+            else getattr(attn, "alibi", True)
         )
     is_alibi = bool(is_alibi)
     theta = rope_base(config)
     is_rope = not is_alibi and (
-        theta is not None or pe_type in ("rotary", "rope") or model_type in ROPE_MODEL_TYPES
+        theta is not None
+        or pe_type in ("rotary", "rope")
+        or model_type in ROPE_MODEL_TYPES
     )
     if not (is_rope or is_alibi):
         return PositionalMechanism("learned")

@@ -1,5 +1,5 @@
-"""The lazy (NTK) regime: which geometry the linearised dynamics write into a positional table.
-Chapter: *Are nearby positions encoded nearby?*."""
+"""The lazy (NTK) regime: which geometry the linearised dynamics write into a positional
+table. Chapter: *Are nearby positions encoded nearby?*."""
 
 from __future__ import annotations
 
@@ -16,20 +16,23 @@ from .geometry import _triplet_score, pairwise_distances
 
 
 def l2_distances(mu: np.ndarray) -> np.ndarray:
-    """Euclidean distances ``||mu_i - mu_j||_2`` between the rows of ``mu`` (n x V distributions):
-    the lazy regime's geometry at large width. Chapter: *Are nearby positions encoded nearby?*."""
+    """Euclidean distances ``||mu_i - mu_j||_2`` between the rows of ``mu`` (n x V
+    distributions): the lazy regime's geometry at large width. Chapter: *Are nearby
+    positions encoded nearby?*."""
     mu = np.asarray(mu, dtype=np.float64)
     checks.probability_rows(mu)
     return pairwise_distances(mu, "mu")
 
 
 def kernel_mean_distances(mu: np.ndarray, K: np.ndarray) -> np.ndarray:
-    """Kernel-mean distances ``sqrt((mu_i - mu_j)^T K (mu_i - mu_j))`` for a V x V token kernel.
-    Chapter: *Are nearby positions encoded nearby?*."""
+    """Kernel-mean distances ``sqrt((mu_i - mu_j)^T K (mu_i - mu_j))`` for a V x V token
+    kernel. Chapter: *Are nearby positions encoded nearby?*."""
     mu = np.asarray(mu, dtype=np.float64)
     K = np.asarray(K, dtype=np.float64)
     if mu.ndim != 2 or K.shape != (mu.shape[1], mu.shape[1]):
-        raise ValueError(f"K must be V x V for mu of shape (n, V), got {mu.shape} and {K.shape}")
+        raise ValueError(
+            f"K must be V x V for mu of shape (n, V), got {mu.shape} and {K.shape}"
+        )
     if not np.allclose(K, K.T, atol=1e-10 * max(1.0, float(np.abs(K).max()))):
         raise ValueError("K must be symmetric (a token kernel)")
     G = mu @ K @ mu.T  # Gram matrix of the kernel mean embeddings
@@ -40,8 +43,8 @@ def kernel_mean_distances(mu: np.ndarray, K: np.ndarray) -> np.ndarray:
 
 
 def log_ratio_distances(mu: np.ndarray) -> np.ndarray:
-    """Euclidean distances between centred log-probabilities (Aitchison geometry); needs ``mu > 0``.
-    Chapter: *Are nearby positions encoded nearby?*."""
+    """Euclidean distances between centred log-probabilities (Aitchison geometry); needs
+    ``mu > 0``. Chapter: *Are nearby positions encoded nearby?*."""
     mu = np.asarray(mu, dtype=np.float64)
     checks.probability_rows(mu)
     if np.any(mu <= 0):
@@ -51,11 +54,14 @@ def log_ratio_distances(mu: np.ndarray) -> np.ndarray:
 
 
 def triplet_discordance(E: np.ndarray, R: np.ndarray, tie_tol: float = 1e-9) -> float:
-    """How often ``E`` orders triplets against ``R``: the share of anchored triplets with R_ij <
-    R_ik but E_ij > E_ik (ties one half). Chapter: *Are nearby positions encoded nearby?*."""
+    """How often ``E`` orders triplets against ``R``: the share of anchored triplets
+    with R_ij < R_ik but E_ij > E_ik (ties one half). Chapter: *Are nearby positions
+    encoded nearby?*."""
     E, R = checks.distance_matrix(E, "E"), checks.distance_matrix(R, "R")
     if E.shape != R.shape:
-        raise ValueError(f"E and R must have the same shape, got {E.shape} and {R.shape}")
+        raise ValueError(
+            f"E and R must have the same shape, got {E.shape} and {R.shape}"
+        )
     tie_tol = checks.number(tie_tol, "tie_tol", 0)
     n = E.shape[0]
     if n < 3:
@@ -69,7 +75,8 @@ def triplet_discordance(E: np.ndarray, R: np.ndarray, tie_tol: float = 1e-9) -> 
 
 
 def as_distances(X: np.ndarray) -> np.ndarray:
-    """Distances between rows of ``X``. Chapter: *Are nearby positions encoded nearby?*."""
+    """Distances between rows of ``X``. Chapter: *Are nearby positions encoded
+    nearby?*."""
     return pairwise_distances(np.asarray(X, dtype=np.float64), "X")
 
 
@@ -81,8 +88,8 @@ def split_geometry_mu(
     head_slope: float = 0.8,
     concentration: float = 3.0,
 ) -> np.ndarray:
-    """Distributions whose L2 geometry follows the position, their Hellinger one a permutation.
-    Chapter: *Are nearby positions encoded nearby?*."""
+    """Distributions whose L2 geometry follows the position, their Hellinger one a
+    permutation. Chapter: *Are nearby positions encoded nearby?*."""
     if n < 3 or V < 8:
         raise ValueError(f"need n >= 3 and V >= 8, got n={n}, V={V}")
     checks.number(head_mass, "head_mass", 0, 1, low_open=True, high_open=True)
@@ -104,20 +111,28 @@ def split_geometry_mu(
 
 
 def sample_ids(mu: np.ndarray, num_sequences: int, seed: int = 0) -> np.ndarray:
-    """``num_sequences`` sequences whose position ``i`` is drawn from ``mu[i]`` independently
-    (seeded inverse-CDF draws). Chapter: *Are nearby positions encoded nearby?*."""
+    """``num_sequences`` sequences whose position ``i`` is drawn from ``mu[i]``
+    independently (seeded inverse-CDF draws). Chapter: *Are nearby positions encoded
+    nearby?*."""
     mu = np.asarray(mu, dtype=np.float64)
     checks.probability_rows(mu)
     num_sequences = checks.integer(num_sequences, "num_sequences")
-    return draw_positions(mu, np.random.default_rng(seed).random((num_sequences, mu.shape[0])))
+    return draw_positions(
+        mu, np.random.default_rng(seed).random((num_sequences, mu.shape[0]))
+    )
 
 
 class NTKMaskedModel(nn.Module):
-    """A per-token masked-language model in the NTK parametrisation, its table starting at zero.
-    Chapter: *Are nearby positions encoded nearby?*."""
+    """A per-token masked-language model in the NTK parametrisation, its table starting
+    at zero. Chapter: *Are nearby positions encoded nearby?*."""
 
     def __init__(
-        self, vocab_size: int, n: int, width: int, hidden: int | None = None, table_std: float = 0.0
+        self,
+        vocab_size: int,
+        n: int,
+        width: int,
+        hidden: int | None = None,
+        table_std: float = 0.0,
     ):
         super().__init__()
         checks.integer(vocab_size, "vocab_size", 3)
@@ -150,16 +165,22 @@ def _mask_jacobian(model: NTKMaskedModel, mask_id: int) -> tuple[Tensor, Tensor]
 
 
 def token_kernel(model: NTKMaskedModel, mask_id: int = 1) -> np.ndarray:
-    """The token kernel ``K = J0 J0^T``. Chapter: *Are nearby positions encoded nearby?*."""
+    """The token kernel ``K = J0 J0^T``. Chapter: *Are nearby positions encoded
+    nearby?*."""
     J = _mask_jacobian(model, mask_id)[0].double().cpu().numpy()
     return J @ J.T
 
 
 def first_step_prediction(
-    model: NTKMaskedModel, X: Tensor, y: Tensor, lr: float, mask_id: int = 1, ignore: int = -100
+    model: NTKMaskedModel,
+    X: Tensor,
+    y: Tensor,
+    lr: float,
+    mask_id: int = 1,
+    ignore: int = -100,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One gradient step from a zero table, and its prediction: (observed, predicted) displacements.
-    Chapter: *Are nearby positions encoded nearby?*."""
+    """One gradient step from a zero table, and its prediction: (observed, predicted)
+    displacements. Chapter: *Are nearby positions encoded nearby?*."""
     if torch.any(model.pos_table != 0):
         raise ValueError("first_step_prediction needs a zero table (table_std=0)")
     scored = y != ignore

@@ -12,7 +12,11 @@ import numpy as np
 from . import checks
 from .corpus import Corpus, check_texts
 from .marginals import special_template
-from .models import learned_position_embeddings, position_embedding_weight, select_device
+from .models import (
+    learned_position_embeddings,
+    position_embedding_weight,
+    select_device,
+)
 from .sampling import t_interval
 from .settings import progress
 from .tasks import shuffle_within
@@ -20,7 +24,8 @@ from .tasks import shuffle_within
 
 @dataclass
 class ShufflePairs:
-    """Sentences as token ids, with specials. Chapter: *Why a Transformer needs positions*."""
+    """Sentences as token ids, with specials. Chapter: *Why a Transformer needs
+    positions*."""
 
     words: np.ndarray
     prefix: list[int]
@@ -60,26 +65,39 @@ def shuffle_pairs(
     size: int | None = 2000,
     seed: int = 0,
 ) -> ShufflePairs:
-    """At most ``size`` distinct sentences of ``texts`` with ``min_len`` word pieces, fitted to
-    ``max_len``, in a seeded order. Chapter: *Why a Transformer needs positions*."""
+    """At most ``size`` distinct sentences of ``texts`` with ``min_len`` word pieces,
+    fitted to ``max_len``, in a seeded order. Chapter: *Why a Transformer needs
+    positions*."""
     texts = check_texts(texts)
-    max_len, min_len = checks.integer(max_len, "max_len", 4), checks.integer(min_len, "min_len", 2)
+    max_len, min_len = (
+        checks.integer(max_len, "max_len", 4),
+        checks.integer(min_len, "min_len", 2),
+    )
     if size is not None:
         size = checks.integer(size, "size", 10)
     if getattr(tokenizer, "pad_token_id", None) is None:
-        raise ValueError("tokenizer must have a pad token (an encoder tokenizer such as BERT's)")
+        raise ValueError(
+            "tokenizer must have a pad token (an encoder tokenizer such as BERT's)"
+        )
     prefix, suffix = special_template(tokenizer)
     w = max_len - len(prefix) - len(suffix)
     if min_len > w:
-        raise ValueError(f"min_len={min_len} exceeds the {w} word pieces of max_len={max_len}")
+        raise ValueError(
+            f"min_len={min_len} exceeds the {w} word pieces of max_len={max_len}"
+        )
     options = dict(
-        add_special_tokens=False, truncation=True, padding="max_length", return_tensors="np"
+        add_special_tokens=False,
+        truncation=True,
+        padding="max_length",
+        return_tensors="np",
     )
     enc = tokenizer(texts, max_length=w, **options)
     words = np.where(enc["attention_mask"] == 1, enc["input_ids"].astype(np.int64), -1)
     words = np.unique(words[(words >= 0).sum(1) >= min_len], axis=0)
     if len(words) < 10:
-        raise ValueError(f"only {len(words)} texts have min_len={min_len} pieces: lower min_len")
+        raise ValueError(
+            f"only {len(words)} texts have min_len={min_len} pieces: lower min_len"
+        )
     words = words[np.random.default_rng(seed).permutation(len(words))]
     if size is not None:
         words = words[:size]
@@ -88,14 +106,18 @@ def shuffle_pairs(
 
 
 def with_position_table(model: Any, P: np.ndarray) -> Any:
-    """A deep copy of ``model`` whose learned position embeddings for positions ``0..len(P)-1`` are
-    the rows of ``P`` (the model's width). Chapter: *Why a Transformer needs positions* (P = 0)."""
+    """A deep copy of ``model`` whose learned position embeddings for positions
+    ``0..len(P)-1`` are the rows of ``P`` (the model's width). Chapter: *Why a
+    Transformer needs positions* (P = 0)."""
     import torch
 
-    current = learned_position_embeddings(model)  # ValueError for models without a table
+    # ValueError for models without a table
+    current = learned_position_embeddings(model)
     P = checks.finite_array(P, "P")
     if P.shape[1] != current.shape[1] or not 1 <= P.shape[0] <= len(current):
-        raise ValueError(f"P must be (n, {current.shape[1]}), n <= {len(current)}, got {P.shape}")
+        raise ValueError(
+            f"P must be (n, {current.shape[1]}), n <= {len(current)}, got {P.shape}"
+        )
     clone = copy.deepcopy(model)
     weight = position_embedding_weight(clone)
     offset = weight.shape[0] - len(current)  # RoBERTa-style offset rows stay untouched
@@ -105,16 +127,23 @@ def with_position_table(model: Any, P: np.ndarray) -> Any:
 
 
 def pooled_features(
-    model: Any, ids: np.ndarray, mask: np.ndarray, batch_size: int = 128, device: str = "auto"
+    model: Any,
+    ids: np.ndarray,
+    mask: np.ndarray,
+    batch_size: int = 128,
+    device: str = "auto",
 ) -> np.ndarray:
-    """Mean of the last hidden state over the real tokens of each row (N x d, float64), in batches
-    sorted by length, without gradients. Chapter: *Why a Transformer needs positions*."""
+    """Mean of the last hidden state over the real tokens of each row (N x d, float64),
+    in batches sorted by length, without gradients. Chapter: *Why a Transformer needs
+    positions*."""
     import torch
 
     batch_size = checks.integer(batch_size, "batch_size")
     ids, mask = np.asarray(ids), np.asarray(mask)
     if ids.ndim != 2 or ids.shape != mask.shape or len(ids) == 0:
-        raise ValueError(f"ids and mask must be equal (N, L) arrays, got {ids.shape}, {mask.shape}")
+        raise ValueError(
+            f"ids and mask must be equal (N, L) arrays, got {ids.shape}, {mask.shape}"
+        )
     dev = select_device(device)
     model = model.to(dev).eval()
     lengths = mask.sum(1)
@@ -149,12 +178,14 @@ class ShuffleProbe:
 
 
 def _seed_split(pairs: ShufflePairs, seed: int, eval_fraction: float):
-    """Labels, shuffled words and the train/eval split of one seed (model-independent)."""
+    """Labels, shuffled words and the train/eval split of one seed
+    (model-independent)."""
     rng = np.random.default_rng([int(seed), 7919])
     labels = rng.random(len(pairs)) < 0.5
     shuffled = shuffle_within(pairs.words, rng)
     changed = np.any(shuffled != pairs.words, axis=1)
-    keep = np.flatnonzero(changed | ~labels)  # a "shuffle" that restored the order is dropped
+    # a "shuffle" that restored the order is dropped
+    keep = np.flatnonzero(changed | ~labels)
     order = keep[rng.permutation(len(keep))]
     n_eval = max(1, int(round(eval_fraction * len(order))))
     return labels, shuffled, order[n_eval:], order[:n_eval]
@@ -169,14 +200,17 @@ def shuffle_probe(
     device: str = "auto",
     C: float = 1.0,
 ) -> ShuffleProbe:
-    """The held-out accuracy of a logistic regression telling shuffled from original sentences by
-    their mean-pooled features, once per seed. Chapter: *Why a Transformer needs positions*."""
+    """The held-out accuracy of a logistic regression telling shuffled from original
+    sentences by their mean-pooled features, once per seed. Chapter: *Why a Transformer
+    needs positions*."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     if not isinstance(pairs, ShufflePairs):
-        raise ValueError("pairs must come from shuffle_pairs(texts, tokenizer, max_len)")
+        raise ValueError(
+            "pairs must come from shuffle_pairs(texts, tokenizer, max_len)"
+        )
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds is empty: pass at least one seed, e.g. range(5)")
@@ -189,7 +223,9 @@ def shuffle_probe(
         labels, shuffled, train, held_out = _seed_split(pairs, s, eval_fraction)
         features = original.copy()
         rows = np.flatnonzero(labels)
-        features[rows] = pooled_features(model, *pairs.inputs(shuffled[rows]), batch_size, device)
+        features[rows] = pooled_features(
+            model, *pairs.inputs(shuffled[rows]), batch_size, device
+        )
         y = labels.astype(np.int64)
         clf = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000))
         clf.fit(features[train], y[train])

@@ -1,11 +1,11 @@
 """Per-layer, per-position means of an encoder's hidden states over a corpus.
 
-Chapter: *Positions layer by layer*. For every layer ``l`` (``0`` = the embeddings output, then one
-per transformer block) and position ``i``, ``means[l, i]`` is the average hidden state at position
-``i`` over the sequences that reach it (padding is never counted). Texts run in length-sorted
-batches (each padded only to its own longest text) under ``torch.inference_mode``; only float64 sums
-``(layers + 1, n, d)`` and counts ``(n,)`` are kept, so memory does not grow with the corpus.
-"""
+Chapter: *Positions layer by layer*. For every layer ``l`` (``0`` = the embeddings
+output, then one per transformer block) and position ``i``, ``means[l, i]`` is the
+average hidden state at position ``i`` over the sequences that reach it (padding is
+never counted). Texts run in length-sorted batches (each padded only to its own longest
+text) under ``torch.inference_mode``; only float64 sums ``(layers + 1, n, d)`` and
+counts ``(n,)`` are kept, so memory does not grow with the corpus."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ CENTRES = ("none", "global")
 
 @dataclass
 class LayerMeans:
-    """Mean hidden state per layer and position: ``means`` is ``(layers + 1, n', d)`` float64.
-    Chapter: *Positions layer by layer*."""
+    """Mean hidden state per layer and position: ``means`` is ``(layers + 1, n', d)``
+    float64. Chapter: *Positions layer by layer*."""
 
     means: np.ndarray  # (layers + 1, n', d): layer 0 = embeddings output
     counts: np.ndarray  # (n',) int64: how many sequences reach each kept position
@@ -47,12 +47,15 @@ class LayerMeans:
         weights = self.counts / self.counts.sum()
         means = self.means - np.einsum("i,lid->ld", weights, self.means)[:, None, :]
         params = dict(self.params, centre="global")
-        return LayerMeans(means=means, counts=self.counts.copy(), centre="global", params=params)
+        return LayerMeans(
+            means=means, counts=self.counts.copy(), centre="global", params=params
+        )
 
 
 def check_probe(model: Any, n: Any, batch_size: Any, centre: Any) -> tuple[int, int]:
-    """``(n, batch_size)`` as ints, ``n`` within the model's ``max_position_embeddings``; ``centre``
-    one of :data:`CENTRES`. Chapter: *Positions layer by layer*."""
+    """``(n, batch_size)`` as ints, ``n`` within the model's
+    ``max_position_embeddings``; ``centre`` one of :data:`CENTRES`. Chapter: *Positions
+    layer by layer*."""
     limit = config_int(getattr(model, "config", None), "max_position_embeddings")
     fix = f"the model has max_position_embeddings={limit}" if limit else ""
     n = integer(n, "n", 1, limit, fix=fix or "pass the number of positions, e.g. n=64")
@@ -60,14 +63,21 @@ def check_probe(model: Any, n: Any, batch_size: Any, centre: Any) -> tuple[int, 
     return n, integer(batch_size, "batch_size")
 
 
-def token_lengths(tokenizer: Any, texts: Sequence[str], n: int, special_tokens: bool) -> np.ndarray:
+def token_lengths(
+    tokenizer: Any, texts: Sequence[str], n: int, special_tokens: bool
+) -> np.ndarray:
     """Tokenized length of every text, truncated to ``n`` (what the probe sorts by).
     Chapter: *Positions layer by layer*."""
-    kwargs = dict(add_special_tokens=bool(special_tokens), truncation=True, max_length=n)
-    chunks = (
-        tokenizer(texts[s : s + 1024], **kwargs)["input_ids"] for s in range(0, len(texts), 1024)
+    kwargs = dict(
+        add_special_tokens=bool(special_tokens), truncation=True, max_length=n
     )
-    return np.fromiter((len(ids) for c in chunks for ids in c), dtype=np.int64, count=len(texts))
+    chunks = (
+        tokenizer(texts[s : s + 1024], **kwargs)["input_ids"]
+        for s in range(0, len(texts), 1024)
+    )
+    return np.fromiter(
+        (len(ids) for c in chunks for ids in c), dtype=np.int64, count=len(texts)
+    )
 
 
 def layer_sums(
@@ -78,18 +88,24 @@ def layer_sums(
     special_tokens: bool,
     device: Any,
 ) -> tuple[Any, Any]:
-    """Float64 sums ``(layers + 1, n, d)`` of the hidden states at each position (None without
-    batches) and the counts ``(n,)`` of sequences reaching it, over ``batches`` of texts.
-    Chapter: *Positions layer by layer*."""
+    """Float64 sums ``(layers + 1, n, d)`` of the hidden states at each position (None
+    without batches) and the counts ``(n,)`` of sequences reaching it, over ``batches``
+    of texts. Chapter: *Positions layer by layer*."""
     import torch
 
-    kwargs = dict(add_special_tokens=bool(special_tokens), truncation=True, max_length=n)
+    kwargs = dict(
+        add_special_tokens=bool(special_tokens), truncation=True, max_length=n
+    )
     sums, counts = None, torch.zeros(n, dtype=torch.float64, device=device)
     with torch.inference_mode():
-        for batch in progress(batches, desc="hidden states per position", total=len(batches)):
+        for batch in progress(
+            batches, desc="hidden states per position", total=len(batches)
+        ):
             enc = tokenizer(batch, padding="longest", return_tensors="pt", **kwargs)
             enc = {k: v.to(device) for k, v in enc.items()}
-            hidden = getattr(model(**enc, output_hidden_states=True), "hidden_states", None)
+            hidden = getattr(
+                model(**enc, output_hidden_states=True), "hidden_states", None
+            )
             if hidden is None:
                 name = type(model).__name__
                 raise ValueError(
@@ -100,8 +116,11 @@ def layer_sums(
             if sums is None:
                 shape = (len(hidden), n, hidden[0].shape[-1])
                 sums = torch.zeros(shape, dtype=torch.float64, device=device)
-            for layer, h in enumerate(hidden):  # one masked sum over the batch per layer
-                sums[layer, :T] += torch.einsum("bt,btd->td", weights, h).to(torch.float64)
+            # one masked sum over the batch per layer
+            for layer, h in enumerate(hidden):
+                sums[layer, :T] += torch.einsum("bt,btd->td", weights, h).to(
+                    torch.float64
+                )
             counts[:T] += mask.sum(0).to(torch.float64)
     return sums, counts
 
@@ -116,27 +135,31 @@ def positional_hidden_means(
     device: str = "auto",
     centre: str = "none",
 ) -> LayerMeans:
-    """Average the hidden states of ``model`` at positions ``0..n-1`` over ``texts``, every layer.
+    """Average the hidden states of ``model`` at positions ``0..n-1`` over ``texts``,
+    every layer.
 
     Texts are truncated to ``n`` tokens; positions no sequence reaches are dropped.
     ``centre="global"`` subtracts each layer's count-weighted mean over positions.
-    Chapter: *Positions layer by layer*.
-    """
+    Chapter: *Positions layer by layer*."""
     n, batch_size = check_probe(model, n, batch_size, centre)
     texts = check_texts(texts)
     dev = select_device(device)
     model = model.to(dev)
-    order = np.argsort(token_lengths(tokenizer, texts, n, special_tokens), kind="stable")
+    order = np.argsort(
+        token_lengths(tokenizer, texts, n, special_tokens), kind="stable"
+    )
     starts = range(0, len(texts), batch_size)
     batches = [[texts[i] for i in order[s : s + batch_size]] for s in starts]
     sums, counts = layer_sums(model, tokenizer, batches, n, special_tokens, dev)
-    result = layer_means(sums, counts, probe_params(model, texts, n, batch_size, special_tokens))
+    result = layer_means(
+        sums, counts, probe_params(model, texts, n, batch_size, special_tokens)
+    )
     return result.centred() if centre == "global" else result
 
 
 def layer_means(sums: Any, counts: Any, params: dict) -> LayerMeans:
-    """The uncentred means ``sums / counts`` on the positions some sequence reaches, from float64
-    ``sums`` (layers + 1, n, d) and ``counts`` (n,), arrays or tensors.
+    """The uncentred means ``sums / counts`` on the positions some sequence reaches,
+    from float64 ``sums`` (layers + 1, n, d) and ``counts`` (n,), arrays or tensors.
     Chapter: *Positions layer by layer*."""
     sums, counts = (x.cpu().numpy() if hasattr(x, "cpu") else x for x in (sums, counts))
     counts = counts.round().astype(np.int64)
@@ -164,11 +187,13 @@ def probe_groups(
     batch_size: int = 64,
     device: str = "auto",
 ) -> list[LayerMeans]:
-    """Split ``texts`` into ``groups`` disjoint random groups (seeded, sizes differing by at most
-    one) and probe each separately (uncentred), for a bootstrap over groups.
+    """Split ``texts`` into ``groups`` disjoint random groups (seeded, sizes differing
+    by at most one) and probe each separately (uncentred), for a bootstrap over groups.
     Chapter: *Positions layer by layer*."""
     texts = check_texts(texts)
-    groups = integer(groups, "groups", 2, len(texts), fix="at least 2, at most one per text")
+    groups = integer(
+        groups, "groups", 2, len(texts), fix="at least 2, at most one per text"
+    )
     perm = np.random.default_rng(seed).permutation(len(texts))
     return [
         positional_hidden_means(
@@ -184,8 +209,8 @@ def probe_groups(
 
 
 def _stacked_sums(parts: Sequence[LayerMeans]) -> tuple[np.ndarray, np.ndarray]:
-    """Per-part sums ``(parts, layers + 1, n, d)`` and counts ``(parts, n)``, zero-padded to the
-    longest part."""
+    """Per-part sums ``(parts, layers + 1, n, d)`` and counts ``(parts, n)``,
+    zero-padded to the longest part."""
     if len(parts) < 1:
         raise ValueError("need at least one LayerMeans")
     if any(p.centre != "none" for p in parts):
@@ -206,10 +231,9 @@ def _stacked_sums(parts: Sequence[LayerMeans]) -> tuple[np.ndarray, np.ndarray]:
 def merge_layer_means(
     parts: Sequence[LayerMeans], weights: Sequence[int] | None = None
 ) -> LayerMeans:
-    """The count-weighted means over all ``parts`` (uncentred), each counted ``weights[g]`` times
-    (default once), on every position some counted part reaches.
-    Chapter: *Positions layer by layer*.
-    """
+    """The count-weighted means over all ``parts`` (uncentred), each counted
+    ``weights[g]`` times (default once), on every position some counted part reaches.
+    Chapter: *Positions layer by layer*."""
     sums, counts = _stacked_sums(parts)
     w = np.ones(len(parts), dtype=np.int64) if weights is None else np.asarray(weights)
     if w.shape != (len(parts),) or np.any(w < 0) or not np.any(w > 0):
@@ -222,8 +246,8 @@ def merge_layer_means(
 def bootstrap_groups(
     parts: Sequence[LayerMeans], replicates: int = 200, seed: int = 0
 ) -> Iterator[LayerMeans]:
-    """Yield ``replicates`` bootstrap resamples of the texts drawn as whole groups: each draws
-    ``len(parts)`` groups with replacement (seeded) and merges them.
+    """Yield ``replicates`` bootstrap resamples of the texts drawn as whole groups: each
+    draws ``len(parts)`` groups with replacement (seeded) and merges them.
     Chapter: *Positions layer by layer*."""
     replicates = integer(replicates, "replicates", 2)
     sums, counts = _stacked_sums(parts)

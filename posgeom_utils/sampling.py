@@ -1,5 +1,5 @@
-"""Sampling noise: the split-half corrected Hellinger estimate, bootstrap and Student-t intervals.
-Chapter: *Positions in real text*."""
+"""Sampling noise: the split-half corrected Hellinger estimate, bootstrap and Student-t
+intervals. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from .marginals import PositionalMarginals, TextCounts, _check_ids, _incidence
 
 @dataclass
 class SplitHalfHellinger:
-    """The corrected squared Hellinger matrix ``H2`` of two halves, the noise ``floor`` per position
-    and the pooled ``plug_in_H2``. Chapter: *Positions in real text*."""
+    """The corrected squared Hellinger matrix ``H2`` of two halves, the noise ``floor``
+    per position and the pooled ``plug_in_H2``. Chapter: *Positions in real text*."""
 
     H2: np.ndarray
     floor: np.ndarray
@@ -32,12 +32,14 @@ class SplitHalfHellinger:
 
 
 def split_half_hellinger(mu_a, mu_b, weight_a: float = 0.5) -> SplitHalfHellinger:
-    """Noise-corrected squared Hellinger distances from two disjoint halves ``mu_a``, ``mu_b``.
-    Chapter: *Positions in real text*."""
+    """Noise-corrected squared Hellinger distances from two disjoint halves ``mu_a``,
+    ``mu_b``. Chapter: *Positions in real text*."""
     checks.probability_rows(mu_a, "mu_a")
     checks.probability_rows(mu_b, "mu_b")
     if mu_a.shape != mu_b.shape:
-        raise ValueError(f"mu_a and mu_b must have the same shape, got {mu_a.shape}, {mu_b.shape}")
+        raise ValueError(
+            f"mu_a and mu_b must have the same shape, got {mu_a.shape}, {mu_b.shape}"
+        )
     weight_a = checks.number(weight_a, "weight_a", 0, 1, low_open=True, high_open=True)
     a, b = _sqrt_rows(mu_a), _sqrt_rows(mu_b)
     cross = 1.0 - _dense(a @ b.T)  # ||a_i - b_j||^2 / 2, rows of unit norm
@@ -53,13 +55,17 @@ def split_half_hellinger(mu_a, mu_b, weight_a: float = 0.5) -> SplitHalfHellinge
 
 def _reached(m: PositionalMarginals) -> PositionalMarginals:
     if np.any(m.support == 0):
-        raise ValueError("a position is reached by no text in this sample: count fewer positions")
+        raise ValueError(
+            "a position is reached by no text in this sample: count fewer positions"
+        )
     return m
 
 
 def split_texts(num_texts: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """0/1 weights of two seeded halves. Chapter: *Positions in real text*."""
-    num_texts = checks.integer(num_texts, "num_texts", 2, fix="need at least 2 texts to split")
+    num_texts = checks.integer(
+        num_texts, "num_texts", 2, fix="need at least 2 texts to split"
+    )
     order = np.random.default_rng(seed).permutation(num_texts)
     a = np.zeros(num_texts, dtype=np.int64)
     a[order[: num_texts // 2]] = 1
@@ -69,18 +75,24 @@ def split_texts(num_texts: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def corrected_hellinger(
     counts: TextCounts, seed: int = 0, weights: np.ndarray | None = None
 ) -> SplitHalfHellinger:
-    """:func:`split_half_hellinger` on a seeded random split of the texts of ``counts`` (optionally
-    of the resample given by integer ``weights``). Chapter: *Positions in real text*."""
+    """:func:`split_half_hellinger` on a seeded random split of the texts of ``counts``
+    (optionally of the resample given by integer ``weights``). Chapter: *Positions in
+    real text*."""
     w = np.ones(counts.num_texts, dtype=np.int64) if weights is None else weights
     half_a, half_b = split_texts(counts.num_texts, seed)
     ma, mb = (_reached(counts.marginals(w * half)) for half in (half_a, half_b))
-    mu_a, mu_b = (sp.csr_array(sp.diags_array(1.0 / m.support) @ m.counts) for m in (ma, mb))
+    mu_a, mu_b = (
+        sp.csr_array(sp.diags_array(1.0 / m.support) @ m.counts) for m in (ma, mb)
+    )
     return split_half_hellinger(mu_a, mu_b, float((w * half_a).sum() / max(w.sum(), 1)))
 
 
-def bootstrap_weights(num_texts: int, replicates: int = 200, seed: int = 0) -> Iterator[np.ndarray]:
-    """Yield ``replicates`` seeded resamples of ``num_texts`` texts as integer weights (draws with
-    replacement; they sum to ``num_texts``). Chapter: *Positions in real text*."""
+def bootstrap_weights(
+    num_texts: int, replicates: int = 200, seed: int = 0
+) -> Iterator[np.ndarray]:
+    """Yield ``replicates`` seeded resamples of ``num_texts`` texts as integer weights
+    (draws with replacement; they sum to ``num_texts``). Chapter: *Positions in real
+    text*."""
     replicates = checks.integer(replicates, "replicates", 2)
     num_texts = checks.integer(num_texts, "num_texts")
     rng = np.random.default_rng(seed)
@@ -95,10 +107,12 @@ def bootstrap(
     replicates: int = 200,
     seed: int = 0,
 ) -> np.ndarray:
-    """``statistic`` of ``replicates`` seeded resamples of the texts (the independent units).
-    Chapter: *Positions in real text*."""
+    """``statistic`` of ``replicates`` seeded resamples of the texts (the independent
+    units). Chapter: *Positions in real text*."""
     weights = bootstrap_weights(counts.num_texts, replicates, seed)
-    return np.asarray([statistic(counts.marginals(w)) for w in weights], dtype=np.float64)
+    return np.asarray(
+        [statistic(counts.marginals(w)) for w in weights], dtype=np.float64
+    )
 
 
 def _replicates(values: np.ndarray, level: float) -> np.ndarray:
@@ -119,8 +133,9 @@ def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[float,
 def basic_interval(
     values: np.ndarray, estimate: float | np.ndarray, level: float = 0.95
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The basic bootstrap interval ``2 estimate - q_high, 2 estimate - q_low``: it moves against
-    the replicates' shift from the estimate. Chapter: *Positions in real text*."""
+    """The basic bootstrap interval ``2 estimate - q_high, 2 estimate - q_low``: it
+    moves against the replicates' shift from the estimate. Chapter: *Positions in real
+    text*."""
     low, high = percentile_interval(values, level)
     estimate = np.asarray(estimate, dtype=np.float64)
     return 2 * estimate - high, 2 * estimate - low
@@ -129,8 +144,8 @@ def basic_interval(
 def normal_interval(
     values: np.ndarray, estimate: float | np.ndarray, level: float = 0.95
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The normal bootstrap interval ``estimate -+ z sd(values)``, centred on the estimate.
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """The normal bootstrap interval ``estimate -+ z sd(values)``, centred on the
+    estimate. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     from scipy.stats import norm
 
     values = _replicates(values, level)
@@ -142,8 +157,8 @@ def normal_interval(
 def t_interval(
     values: Sequence[float], level: float = 0.95, bounds: bool = False
 ) -> tuple[float, ...]:
-    """Mean and Student-t half-width of ``values`` over seeds (``bounds``: mean, low, high).
-    Chapter: *Why a Transformer needs positions*."""
+    """Mean and Student-t half-width of ``values`` over seeds (``bounds``: mean, low,
+    high). Chapter: *Why a Transformer needs positions*."""
     from scipy import stats
 
     values = np.asarray(values, dtype=float)
@@ -168,17 +183,20 @@ def text_counts_from_ids(ids: np.ndarray, V: int) -> TextCounts:
 
 
 def plug_in_hellinger(m: PositionalMarginals) -> np.ndarray:
-    """``hellinger_distances(m.mu())`` over the tokens seen only, fast enough for a bootstrap.
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """``hellinger_distances(m.mu())`` over the tokens seen only, fast enough for a
+    bootstrap. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     counts = sp.csr_array(_reached(m).counts, dtype=np.float64)
     used = np.unique(counts.indices)  # the tokens seen at some position
-    return hellinger_distances(counts[:, used].toarray() / m.support[:, None], validate=False)
+    return hellinger_distances(
+        counts[:, used].toarray() / m.support[:, None], validate=False
+    )
 
 
 @dataclass
 class BootstrapNumbers:
     """Named numbers of a corpus: their ``table`` (estimate, low, high, sd, shift) and
-    ``replicates``. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    ``replicates``. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
 
     table: "pd.DataFrame"
     replicates: "pd.DataFrame"
@@ -191,8 +209,9 @@ def bootstrap_numbers(
     seed: int = 0,
     level: float = 0.95,
 ) -> BootstrapNumbers:
-    """Named numbers of a corpus (``numbers``: counts -> dict of floats) with normal bootstrap
-    intervals. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Named numbers of a corpus (``numbers``: counts -> dict of floats) with normal
+    bootstrap intervals. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     import pandas as pd
 
     point = numbers(counts.marginals())
@@ -214,8 +233,9 @@ def bootstrap_numbers(
 def difference_interval(
     boot: BootstrapNumbers, a: str, b: str, level: float = 0.95, ratio: bool = False
 ) -> tuple[float, float, float]:
-    """The estimate and paired normal interval of ``a - b`` (or ``a / b``) of two bootstrapped
-    numbers. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """The estimate and paired normal interval of ``a - b`` (or ``a / b``) of two
+    bootstrapped numbers. Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     reps, table = boot.replicates, boot.table
     if ratio:
         values = (reps[a] / reps[b]).to_numpy()

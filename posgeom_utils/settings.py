@@ -1,5 +1,6 @@
-"""The environment: ``POSGEOM_DATA_DIR``, ``POSGEOM_CACHE_DIR``, ``POSGEOM_PROGRESS`` (``0``: no
-progress bars), ``POSGEOM_BLAS_THREADS``. Chapter: *Positions in real text*."""
+"""The environment: ``POSGEOM_DATA_DIR``, ``POSGEOM_CACHE_DIR``, ``POSGEOM_PROGRESS``
+(``0``: no progress bars), ``POSGEOM_BLAS_THREADS``. Chapter: *Positions in real
+text*."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ DEFAULT_BLAS_THREADS = 1
 
 
 def cache_dir() -> Path:
-    """The on-disk cache folder (created on demand). Chapter: *Positions in real text*."""
+    """The on-disk cache folder (created on demand). Chapter: *Positions in real
+    text*."""
     path = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "posgeom")
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -48,8 +50,8 @@ def hub_offline() -> bool:
 
 
 def blas_thread_limit() -> int | None:
-    """BLAS threads from ``POSGEOM_BLAS_THREADS`` (``None``: the library's own; default 1).
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """BLAS threads from ``POSGEOM_BLAS_THREADS`` (``None``: the library's own; default
+    1). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     value = os.environ.get(BLAS_THREADS_ENV, "").strip()
     if not value:
         return DEFAULT_BLAS_THREADS
@@ -69,8 +71,9 @@ def blas_thread_limit() -> int | None:
 
 @contextlib.contextmanager
 def blas_threads() -> Iterator[None]:
-    """Limit BLAS to :func:`blas_thread_limit` threads inside the block (nothing when that is
-    ``None``). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    """Limit BLAS to :func:`blas_thread_limit` threads inside the block (nothing when
+    that is ``None``). Chapter: *The optimal encoding: classical MDS on Hellinger
+    geometry*."""
     limit = blas_thread_limit()
     if limit is None:
         yield

@@ -1,5 +1,6 @@
-"""Supervised token tasks: order detection, planted markers, masked-language modelling, and an
-order-insensitive presence control. Chapter: *Why a Transformer needs positions*."""
+"""Supervised token tasks: order detection, planted markers, masked-language modelling,
+and an order-insensitive presence control. Chapter: *Why a Transformer needs
+positions*."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ _MASK_STREAM = 0x6D61736B
 
 @dataclass
 class TokenTask:
-    """Padded token ids (pad = 0) over a compact vocabulary, with labels and a train/eval split.
-    Chapter: *Why a Transformer needs positions*."""
+    """Padded token ids (pad = 0) over a compact vocabulary, with labels and a
+    train/eval split. Chapter: *Why a Transformer needs positions*."""
 
     X_train: torch.Tensor
     y_train: torch.Tensor
@@ -32,33 +33,55 @@ class TokenTask:
 
 
 def _task(
-    X: np.ndarray, y: np.ndarray, split: int, vocab_size: int, max_len: int, description: str
+    X: np.ndarray,
+    y: np.ndarray,
+    split: int,
+    vocab_size: int,
+    max_len: int,
+    description: str,
 ):
     """A :class:`TokenTask` whose first ``split`` rows are the train part."""
     t = torch.as_tensor
     return TokenTask(
-        t(X[:split]), t(y[:split]), t(X[split:]), t(y[split:]), vocab_size, max_len, description
+        t(X[:split]),
+        t(y[:split]),
+        t(X[split:]),
+        t(y[split:]),
+        vocab_size,
+        max_len,
+        description,
     )
 
 
 def _split_point(count: int, eval_fraction: object, what: str) -> int:
     """Where the train part of ``count`` examples ends; neither part may be empty."""
-    fraction = checks.number(eval_fraction, "eval_fraction", 0, 1, low_open=True, high_open=True)
+    fraction = checks.number(
+        eval_fraction, "eval_fraction", 0, 1, low_open=True, high_open=True
+    )
     split = int(count * (1 - fraction))
     if split < 1 or split >= count:
         side = "train" if split < 1 else "eval"
-        raise ValueError(f"eval_fraction={eval_fraction!r} leaves an empty {side} split of {what}")
+        raise ValueError(
+            f"eval_fraction={eval_fraction!r} leaves an empty {side} split of {what}"
+        )
     return split
 
 
 def padded_ids(texts: Corpus | list[str], tokenizer: Any, max_len: int) -> np.ndarray:
-    """Token ids of each text without special tokens, truncated to ``max_len`` and right-padded with
-    -1. Chapter: *How many numbers does a positional encoding need?*."""
+    """Token ids of each text without special tokens, truncated to ``max_len`` and
+    right-padded with -1. Chapter: *How many numbers does a positional encoding
+    need?*."""
     options = dict(
-        add_special_tokens=False, truncation=True, padding="max_length", return_tensors="np"
+        add_special_tokens=False,
+        truncation=True,
+        padding="max_length",
+        return_tensors="np",
     )
-    ids = tokenizer(check_texts(texts), max_length=max_len, **options)["input_ids"].astype(np.int64)
-    return np.where(ids == (tokenizer.pad_token_id or 0), -1, ids)  # -1: padding, until compacted
+    ids = tokenizer(check_texts(texts), max_length=max_len, **options)[
+        "input_ids"
+    ].astype(np.int64)
+    # -1: padding, until compacted
+    return np.where(ids == (tokenizer.pad_token_id or 0), -1, ids)
 
 
 def shuffle_within(ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -81,7 +104,9 @@ def order_task(
     """Original (label 0) or shuffled (label 1)? Only word order can tell.
     Chapter: *Do distinct positions get distinct vectors?*."""
     if not 2 <= min_len <= max_len:
-        raise ValueError(f"need 2 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+        raise ValueError(
+            f"need 2 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}"
+        )
     checks.number(
         eval_fraction, "eval_fraction", 0, 1, low_open=True, high_open=True
     )  # before tokenizing
@@ -93,13 +118,16 @@ def order_task(
     if size is not None and len(ids) > size:
         ids = ids[:size]
     if len(ids) < 10:
-        raise ValueError(f"only {len(ids)} texts have min_len={min_len} tokens: lower min_len")
+        raise ValueError(
+            f"only {len(ids)} texts have min_len={min_len} tokens: lower min_len"
+        )
     labels = rng.random(len(ids)) < 0.5
     shuffled = shuffle_within(ids, rng)
     changed = np.any(shuffled != ids, axis=1)
     X = np.where(labels[:, None], shuffled, ids)[changed | ~labels]
     y = labels[changed | ~labels].astype(np.int64)
-    vocab, X = np.unique(X, return_inverse=True)  # compact vocabulary; -1 (padding) becomes 0
+    # compact vocabulary; -1 (padding) becomes 0
+    vocab, X = np.unique(X, return_inverse=True)
     X = X.reshape(-1, max_len)
     if vocab[0] != -1:  # no padding at all: shift so that 0 stays reserved for padding
         X = X + 1
@@ -118,13 +146,18 @@ def planted_task(
     eval_fraction: float = 0.25,
     seed: int = 0,
 ) -> TokenTask:
-    """Planted markers a and b on a synthetic background: ``precedes`` or ``contains`` a.
-    Chapter: *Why a Transformer needs positions*."""
+    """Planted markers a and b on a synthetic background: ``precedes`` or ``contains``
+    a. Chapter: *Why a Transformer needs positions*."""
     checks.choice(task, "task", PLANTED_TASKS)
     L = checks.integer(L, "L", 2, fix="two markers need two positions")
     split = _split_point(num_sequences, eval_fraction, "num_sequences")
     rng = np.random.default_rng(seed)
-    X = synthetic_corpus(background, n=L, V=V, num_sequences=num_sequences, seed=seed).ids + 1
+    X = (
+        synthetic_corpus(
+            background, n=L, V=V, num_sequences=num_sequences, seed=seed
+        ).ids
+        + 1
+    )
     a, b = V + 1, V + 2
     rows = np.arange(num_sequences)
     first = rng.integers(0, L, num_sequences)
@@ -140,15 +173,24 @@ def planted_task(
 
 
 def masked_task(
-    ids: np.ndarray, V: int, mask_rate: float = 0.15, eval_fraction: float = 0.25, seed: int = 0
+    ids: np.ndarray,
+    V: int,
+    mask_rate: float = 0.15,
+    eval_fraction: float = 0.25,
+    seed: int = 0,
 ) -> TokenTask:
-    """Masked-language modelling on sequences of ids in ``[0, V)`` (shifted by two: 0 pads, 1
-    masks); targets ``-100`` where not masked. Chapter: *Are nearby positions encoded nearby?*."""
+    """Masked-language modelling on sequences of ids in ``[0, V)`` (shifted by two: 0
+    pads, 1 masks); targets ``-100`` where not masked. Chapter: *Are nearby positions
+    encoded nearby?*."""
     ids = np.asarray(ids)
     if ids.ndim != 2 or ids.shape[0] < 2 or ids.shape[1] < 1:
-        raise ValueError(f"ids must be a (num_sequences >= 2, L >= 1) array, got shape {ids.shape}")
+        raise ValueError(
+            f"ids must be a (num_sequences >= 2, L >= 1) array, got shape {ids.shape}"
+        )
     if ids.min() < 0 or ids.max() >= V:
-        raise ValueError(f"ids must lie in [0, V={V}), got range [{ids.min()}, {ids.max()}]")
+        raise ValueError(
+            f"ids must lie in [0, V={V}), got range [{ids.min()}, {ids.max()}]"
+        )
     checks.number(mask_rate, "mask_rate", 0, 1, low_open=True)
     # a stream of its own: synthetic_corpus(seed=s) draws its tokens from default_rng(s + 1), and a
     # mask drawn from the same stream would pick tokens by their value
@@ -159,16 +201,20 @@ def masked_task(
     X = np.where(masked, 1, shifted)
     y = np.where(masked, shifted, -100)
     split = _split_point(len(ids), eval_fraction, "sequences")
-    description = f"masked-language modelling (mask rate {mask_rate}, L={ids.shape[1]}, V={V})"
+    description = (
+        f"masked-language modelling (mask rate {mask_rate}, L={ids.shape[1]}, V={V})"
+    )
     return _task(X, y, split, V + 2, ids.shape[1], description)
 
 
 def presence_task(task: TokenTask, seed: int = 0) -> TokenTask:
-    """An order-insensitive control on the inputs of ``task``: does the input contain a token?
-    Chapter: *Do distinct positions get distinct vectors?*."""
+    """An order-insensitive control on the inputs of ``task``: does the input contain a
+    token? Chapter: *Do distinct positions get distinct vectors?*."""
     X_train, X_eval = np.asarray(task.X_train), np.asarray(task.X_eval)
     if X_train.ndim != 2 or len(X_train) < 2 or len(X_eval) < 2:
-        raise ValueError(f"task needs 2 train and eval inputs, got {X_train.shape}, {X_eval.shape}")
+        raise ValueError(
+            f"task needs 2 train and eval inputs, got {X_train.shape}, {X_eval.shape}"
+        )
     present = np.zeros((len(X_train), task.vocab_size), dtype=bool)
     present[np.arange(len(X_train))[:, None], X_train] = True
     share = present[:, 1:].mean(0)  # id 0 is padding
@@ -179,7 +225,9 @@ def presence_task(task: TokenTask, seed: int = 0) -> TokenTask:
         y = (X == word).any(1)
         n = min(int(y.sum()), int((~y).sum()))
         if n < 1:
-            raise ValueError(f"token {word} is in all or none of a split's inputs: pass more")
+            raise ValueError(
+                f"token {word} is in all or none of a split's inputs: pass more"
+            )
         chosen = [
             rng.choice(np.flatnonzero(y), n, replace=False),
             rng.choice(np.flatnonzero(~y), n, replace=False),
@@ -188,6 +236,10 @@ def presence_task(task: TokenTask, seed: int = 0) -> TokenTask:
         return X[keep], y[keep].astype(np.int64)
 
     (Xt, yt), (Xe, ye) = balanced(X_train), balanced(X_eval)
-    description = f"{task.description}, relabelled: does token {word} occur? (order-insensitive)"
+    description = (
+        f"{task.description}, relabelled: does token {word} occur? (order-insensitive)"
+    )
     t = torch.as_tensor
-    return TokenTask(t(Xt), t(yt), t(Xe), t(ye), task.vocab_size, task.max_len, description)
+    return TokenTask(
+        t(Xt), t(yt), t(Xe), t(ye), task.vocab_size, task.max_len, description
+    )

@@ -1,5 +1,6 @@
-"""Seeded training with periodic evaluation, atomic checkpoints and a resume that ends with the
-weights of an uninterrupted run. Chapter: *Do distinct positions get distinct vectors?*."""
+"""Seeded training with periodic evaluation, atomic checkpoints and a resume that ends
+with the weights of an uninterrupted run. Chapter: *Do distinct positions get distinct
+vectors?*."""
 
 from __future__ import annotations
 
@@ -20,9 +21,7 @@ from .settings import progress
 
 #: the accepted values of ``TrainConfig.amp``
 AMP_CHOICES = ("auto", True, False)
-_AMP_FIX = (
-    "'auto' (bfloat16 autocast on CUDA only), True (on any device, the CPU included) or False"
-)
+_AMP_FIX = "'auto' (bfloat16 autocast on CUDA only), True (on any device, the CPU included) or False"
 #: token targets with this value are not scored (the masked-language-modelling convention)
 IGNORE = -100
 #: settings that must match when a run resumes (``steps`` may grow; ``device`` may change)
@@ -31,8 +30,8 @@ _RESUME_KEYS = ("batch_size", "lr", "weight_decay", "seed", "optimizer", "amp")
 
 @dataclass
 class TrainConfig:
-    """What a training run needs besides the model and the data (``amp``: see :func:`amp_enabled`).
-    Chapter: *Do distinct positions get distinct vectors?*."""
+    """What a training run needs besides the model and the data (``amp``: see
+    :func:`amp_enabled`). Chapter: *Do distinct positions get distinct vectors?*."""
 
     steps: int = 300
     batch_size: int = 64
@@ -56,7 +55,10 @@ class TrainConfig:
         checks.choice(self.optimizer, "optimizer", ("adamw", "sgd"))
         checks.number(self.lr, "lr", 0, low_open=True, fix="pass e.g. lr=1e-3")
         checks.number(
-            self.weight_decay, "weight_decay", 0, fix="pass e.g. weight_decay=0.0 (none) or 0.01"
+            self.weight_decay,
+            "weight_decay",
+            0,
+            fix="pass e.g. weight_decay=0.0 (none) or 0.01",
         )
 
 
@@ -71,7 +73,8 @@ def amp_enabled(amp: bool | str, device: torch.device | str) -> bool:
 
 @dataclass
 class History:
-    """Metrics per evaluation. Chapter: *Do distinct positions get distinct vectors?*."""
+    """Metrics per evaluation. Chapter: *Do distinct positions get distinct
+    vectors?*."""
 
     step: list[int] = field(default_factory=list)
     train_loss: list[float] = field(default_factory=list)
@@ -79,28 +82,34 @@ class History:
     eval_accuracy: list[float] = field(default_factory=list)
 
     def final_accuracy(self) -> float:
-        """The last eval accuracy. Chapter: *Do distinct positions get distinct vectors?*."""
+        """The last eval accuracy. Chapter: *Do distinct positions get distinct
+        vectors?*."""
         return self.eval_accuracy[-1] if self.eval_accuracy else float("nan")
 
 
 def _check_pair(X: torch.Tensor, y: torch.Tensor, names: str) -> None:
     if len(X) == 0 or len(X) != len(y):
-        raise ValueError(f"{names} must be non-empty and of equal length, got {len(X)}, {len(y)}")
+        raise ValueError(
+            f"{names} must be non-empty and of equal length, got {len(X)}, {len(y)}"
+        )
 
 
 @torch.no_grad()
 def evaluate(
     model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch_size: int = 512
 ) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy on (X, y) over the scored targets (``-100``: not scored).
-    Chapter: *Do distinct positions get distinct vectors?*."""
+    """Mean cross-entropy and accuracy on (X, y) over the scored targets (``-100``: not
+    scored). Chapter: *Do distinct positions get distinct vectors?*."""
     _check_pair(X, y, "X and y")
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     losses, correct, scored = [], 0, 0
     for start in range(0, len(X), batch_size):
-        xb, yb = X[start : start + batch_size].to(device), y[start : start + batch_size].to(device)
+        xb, yb = (
+            X[start : start + batch_size].to(device),
+            y[start : start + batch_size].to(device),
+        )
         logits = model(xb).float()
         losses.append(_loss(logits, yb, reduction="sum").item())
         keep = yb != IGNORE
@@ -110,30 +119,43 @@ def evaluate(
     return sum(losses) / max(scored, 1), correct / max(scored, 1)
 
 
-def _loss(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+def _loss(
+    logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean"
+) -> torch.Tensor:
     """Cross-entropy of sequence or token labels (``IGNORE``: not scored)."""
     if logits.dim() == 3:
-        return F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE, reduction=reduction)
+        return F.cross_entropy(
+            logits.transpose(1, 2), y, ignore_index=IGNORE, reduction=reduction
+        )
     return F.cross_entropy(logits, y, reduction=reduction)
 
 
-def _save(path, model, optimizer, step, generator, history, config, running, track) -> None:
+def _save(
+    path, model, optimizer, step, generator, history, config, running, track
+) -> None:
     state = dict(model=model.state_dict(), optimizer=optimizer.state_dict(), step=step)
-    state.update(generator=generator.get_state(), history=asdict(history), config=asdict(config))
+    state.update(
+        generator=generator.get_state(), history=asdict(history), config=asdict(config)
+    )
     state.update(running=list(running), track=None if track is None else list(track))
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
-def _resume(path, model, optimizer, generator, config, device, track) -> tuple[History, int, list]:
-    """History, step and running losses of the checkpoint at ``path``, restored into the model,
-    optimiser, generator and ``track`` in place; a fresh start when there is none."""
+def _resume(
+    path, model, optimizer, generator, config, device, track
+) -> tuple[History, int, list]:
+    """History, step and running losses of the checkpoint at ``path``, restored into the
+    model, optimiser, generator and ``track`` in place; a fresh start when there is
+    none."""
     if path is None or not path.is_file():
         return History(), 0, []
     state = torch.load(path, map_location=device, weights_only=False)
     changed = [k for k in _RESUME_KEYS if state["config"].get(k) != getattr(config, k)]
     if changed:
         folder = config.checkpoint_dir
-        raise ValueError(f"{folder!r} holds a run with different {changed}: use another folder")
+        raise ValueError(
+            f"{folder!r} holds a run with different {changed}: use another folder"
+        )
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     generator.set_state(state["generator"])
@@ -152,9 +174,9 @@ def train_classifier(
     callback: Callable[[int, nn.Module], None] | None = None,
     track: list | None = None,
 ) -> History:
-    """Train on seeded batches; ``callback(step, model)`` at step 0 and each evaluation, its
-    ``track`` checkpointed and resumed with the run.
-    Chapter: *Do distinct positions get distinct vectors?*."""
+    """Train on seeded batches; ``callback(step, model)`` at step 0 and each evaluation,
+    its ``track`` checkpointed and resumed with the run. Chapter: *Do distinct positions
+    get distinct vectors?*."""
     previous = torch.get_num_threads()
     if config.threads is not None:
         torch.set_num_threads(config.threads)
@@ -171,10 +193,16 @@ def _train(model, X_train, y_train, X_eval, y_eval, config, callback, track) -> 
     device = select_device(config.device)
     model.to(device).train()
     Optimizer = torch.optim.SGD if config.optimizer == "sgd" else torch.optim.AdamW
-    optimizer = Optimizer(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = Optimizer(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    )
     generator = torch.Generator().manual_seed(config.seed)
-    path = Path(config.checkpoint_dir) / "checkpoint.pt" if config.checkpoint_dir else None
-    history, start, running = _resume(path, model, optimizer, generator, config, device, track)
+    path = (
+        Path(config.checkpoint_dir) / "checkpoint.pt" if config.checkpoint_dir else None
+    )
+    history, start, running = _resume(
+        path, model, optimizer, generator, config, device, track
+    )
     use_amp = amp_enabled(config.amp, device)
     if start == 0 and callback is not None:
         callback(0, model)
@@ -198,6 +226,10 @@ def _train(model, X_train, y_train, X_eval, y_eval, config, callback, track) -> 
             running = []
             if callback is not None:
                 callback(step, model)
-        if path is not None and (step % config.checkpoint_every == 0 or step == config.steps):
-            _save(path, model, optimizer, step, generator, history, config, running, track)
+        if path is not None and (
+            step % config.checkpoint_every == 0 or step == config.steps
+        ):
+            _save(
+                path, model, optimizer, step, generator, history, config, running, track
+            )
     return history

@@ -1,5 +1,5 @@
-"""A compact Transformer encoder whose positional mechanism is a parameter (``POSITIONAL``).
-Chapter: *Why a Transformer needs positions*."""
+"""A compact Transformer encoder whose positional mechanism is a parameter
+(``POSITIONAL``). Chapter: *Why a Transformer needs positions*."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ TASKS = ("classify", "mlm")
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Apply RoPE to x (..., L, d_head): rotate each plane (2k, 2k+1) by the position's angle."""
+    """Apply RoPE to x (..., L, d_head): rotate each plane (2k, 2k+1) by the position's
+    angle."""
     x1, x2 = x[..., 0::2], x[..., 1::2]
     out = torch.empty_like(x)
     out[..., 0::2] = x1 * cos - x2 * sin
@@ -27,9 +28,12 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 class SelfAttention(nn.Module):
-    """Self-attention, optional RoPE, ALiBi. Chapter: *Why a Transformer needs positions*."""
+    """Self-attention, optional RoPE, ALiBi. Chapter: *Why a Transformer needs
+    positions*."""
 
-    def __init__(self, d, n_heads, max_len, rope=False, alibi=False, causal=False, dropout=0.0):
+    def __init__(
+        self, d, n_heads, max_len, rope=False, alibi=False, causal=False, dropout=0.0
+    ):
         super().__init__()
         self.n_heads, self.d_head = n_heads, d // n_heads
         self.causal, self.dropout = causal, dropout
@@ -45,22 +49,31 @@ class SelfAttention(nn.Module):
             pos = torch.arange(max_len)
             distance = (pos[None, :] - pos[:, None]).abs().float()
             slopes = torch.as_tensor(alibi_slopes(n_heads), dtype=torch.float32)
-            self.register_buffer("bias", -slopes[:, None, None] * distance[None], persistent=False)
+            self.register_buffer(
+                "bias", -slopes[:, None, None] * distance[None], persistent=False
+            )
 
-    def forward(self, x: torch.Tensor, pad_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, pad_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Attend over x (batch, L, d); ``pad_mask`` (batch, L) is True at padding keys.
         Chapter: *Why a Transformer needs positions*."""
         B, L, d = x.shape
-        q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
+        q, k, v = (
+            self.qkv(x).view(B, L, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
+        )
         if self.rope:
-            q, k = _rotate(q, self.cos[:L], self.sin[:L]), _rotate(k, self.cos[:L], self.sin[:L])
+            q, k = (
+                _rotate(q, self.cos[:L], self.sin[:L]),
+                _rotate(k, self.cos[:L], self.sin[:L]),
+            )
         mask = None
         if self.alibi:
             mask = self.bias[:, :L, :L].unsqueeze(0).expand(B, -1, -1, -1)
         if pad_mask is not None:  # True where the key is padding
-            blocked = torch.zeros(B, 1, 1, L, dtype=q.dtype, device=x.device).masked_fill(
-                pad_mask[:, None, None, :], float("-inf")
-            )
+            blocked = torch.zeros(
+                B, 1, 1, L, dtype=q.dtype, device=x.device
+            ).masked_fill(pad_mask[:, None, None, :], float("-inf"))
             mask = blocked if mask is None else mask + blocked
         if self.causal:
             causal = torch.full((L, L), float("-inf"), device=x.device).triu(1)
@@ -83,13 +96,17 @@ class Block(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, pad_mask: torch.Tensor | None) -> torch.Tensor:
-        """Pre-norm attention, then feed-forward. Chapter: *Why a Transformer needs positions*."""
+        """Pre-norm attention, then feed-forward. Chapter: *Why a Transformer needs
+        positions*."""
         x = x + self.attn(self.ln1(x), pad_mask)
         return x + self.ff(self.ln2(x))
 
 
-def _check_arguments(positional, task, d, n_heads, max_len, table, rank) -> np.ndarray | None:
-    """Refuse an inconsistent :class:`PositionalTransformer` set-up; return ``table`` as float32."""
+def _check_arguments(
+    positional, task, d, n_heads, max_len, table, rank
+) -> np.ndarray | None:
+    """Refuse an inconsistent :class:`PositionalTransformer` set-up; return ``table`` as
+    float32."""
     checks.choice(positional, "positional", POSITIONAL)
     checks.choice(task, "task", TASKS)
     if d % n_heads:
@@ -99,11 +116,17 @@ def _check_arguments(positional, task, d, n_heads, max_len, table, rank) -> np.n
             f"positional='rope' needs an even head width, got d/n_heads={d // n_heads}"
         )
     if table is not None and positional not in ("mds", "lowrank"):
-        raise ValueError(f"table= is only for positional='mds' or 'lowrank', not {positional!r}")
+        raise ValueError(
+            f"table= is only for positional='mds' or 'lowrank', not {positional!r}"
+        )
     if rank is not None and positional != "lowrank":
-        raise ValueError(f"rank= is only used by positional='lowrank', not {positional!r}")
+        raise ValueError(
+            f"rank= is only used by positional='lowrank', not {positional!r}"
+        )
     if positional == "mds" and table is None:
-        raise ValueError("positional='mds' needs table=, e.g. encodings.mds_encoding(D, d)")
+        raise ValueError(
+            "positional='mds' needs table=, e.g. encodings.mds_encoding(D, d)"
+        )
     if positional == "lowrank" and rank is None:
         raise ValueError("positional='lowrank' needs rank= (the r of P = A B^T)")
     if table is None:
@@ -114,7 +137,9 @@ def _check_arguments(positional, task, d, n_heads, max_len, table, rank) -> np.n
             f"table must have shape (max_len, d) = ({max_len}, {d}), not {table.shape}"
         )
     if positional == "lowrank" and table.shape != (max_len, rank):
-        raise ValueError(f"table for lowrank must have shape (max_len, rank) = ({max_len}, {rank})")
+        raise ValueError(
+            f"table for lowrank must have shape (max_len, rank) = ({max_len}, {rank})"
+        )
     return table
 
 
@@ -141,7 +166,12 @@ class PositionalTransformer(nn.Module):
     ):
         super().__init__()
         table = _check_arguments(positional, task, d, n_heads, max_len, table, rank)
-        self.positional, self.task, self.max_len, self.pad_id = positional, task, max_len, pad_id
+        self.positional, self.task, self.max_len, self.pad_id = (
+            positional,
+            task,
+            max_len,
+            pad_id,
+        )
         self.embed = nn.Embedding(vocab_size, d)
         nn.init.normal_(self.embed.weight, std=0.02)
         self.position: nn.Module | None = None
@@ -166,14 +196,16 @@ class PositionalTransformer(nn.Module):
         self.head = nn.Linear(d, num_classes if task == "classify" else vocab_size)
 
     def positional_table(self) -> torch.Tensor | None:
-        """The additive n x d table, or None. Chapter: *Why a Transformer needs positions*."""
+        """The additive n x d table, or None. Chapter: *Why a Transformer needs
+        positions*."""
         if self.position is not None:
             return self.position.table()
         return getattr(self, "pos_table", None)
 
     def positional_parameters(self) -> int:
-        """Trainable numbers in the positional mechanism (n d learned, r (n + d) low-rank, else 0).
-        Chapter: *How many numbers does a positional encoding need?*."""
+        """Trainable numbers in the positional mechanism (n d learned, r (n + d)
+        low-rank, else 0). Chapter: *How many numbers does a positional encoding
+        need?*."""
         if self.positional == "learned":
             return self.pos_table.numel()
         if self.position is not None:
@@ -182,7 +214,9 @@ class PositionalTransformer(nn.Module):
 
     def _check_ids(self, ids: torch.Tensor) -> None:
         if ids.dim() != 2:
-            raise ValueError(f"ids must be (batch, length), got shape {tuple(ids.shape)}")
+            raise ValueError(
+                f"ids must be (batch, length), got shape {tuple(ids.shape)}"
+            )
         if ids.numel():  # one min/max over the batch, not a per-token check
             low, high = (int(v) for v in torch.aminmax(ids))
             vocab = self.embed.num_embeddings
@@ -192,11 +226,14 @@ class PositionalTransformer(nn.Module):
                     f"[{low}, {high}]: build the model with vocab_size > the largest id"
                 )
         if ids.shape[1] > self.max_len:
-            raise ValueError(f"sequence length {ids.shape[1]} exceeds max_len={self.max_len}")
+            raise ValueError(
+                f"sequence length {ids.shape[1]} exceeds max_len={self.max_len}"
+            )
 
     def hidden_states(self, ids: torch.Tensor) -> torch.Tensor:
-        """The last layer's states (batch, L, d) for token ids (batch, L) in ``[0, vocab_size)``;
-        ``pad_id`` marks padding. Chapter: *Why a Transformer needs positions*."""
+        """The last layer's states (batch, L, d) for token ids (batch, L) in ``[0,
+        vocab_size)``; ``pad_id`` marks padding. Chapter: *Why a Transformer needs
+        positions*."""
         self._check_ids(ids)
         pad_mask = ids == self.pad_id
         x = self.embed(ids)
@@ -208,8 +245,8 @@ class PositionalTransformer(nn.Module):
         return self.ln(x)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """Logits: (batch, num_classes) for ``classify``, (batch, L, vocab_size) for ``mlm``.
-        Chapter: *Why a Transformer needs positions*."""
+        """Logits: (batch, num_classes) for ``classify``, (batch, L, vocab_size) for
+        ``mlm``. Chapter: *Why a Transformer needs positions*."""
         h = self.hidden_states(ids)
         if self.task == "mlm":
             return self.head(h)
@@ -224,11 +261,13 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def describe(model: PositionalTransformer) -> dict[str, Any]:
-    """A small summary for tables: positional mechanism, its parameters, total parameters.
-    Chapter: *How many numbers does a positional encoding need?*."""
+    """A small summary for tables: positional mechanism, its parameters, total
+    parameters. Chapter: *How many numbers does a positional encoding need?*."""
     summary = {
         "positional": model.positional,
         "positional parameters": model.positional_parameters(),
     }
-    summary.update({"parameters": count_parameters(model), "d": model.embed.embedding_dim})
+    summary.update(
+        {"parameters": count_parameters(model), "d": model.embed.embedding_dim}
+    )
     return {**summary, "layers": len(model.blocks), "max_len": model.max_len}

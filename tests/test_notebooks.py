@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 import jupytext
@@ -108,10 +109,10 @@ def test_smoke_profile_is_known() -> None:
 
 # --------------------------------------------------------------------------- the page shows the code it explains
 
-PAGE_WIDTH = 88  # characters of a chapter code cell that fit the book's text column
-PACKAGE_WIDTH = 100  # the package's formatter (ruff, pyproject.toml); included package code wraps on the page
-# Printed output and included package code may be wider: they wrap (book/_static/code.css), and
-# tests/test_browser.py checks that no code block scrolls.
+PAGE_WIDTH = 88  # characters of code that fit the book's text column (book/_static/code.css)
+# Chapter cells and the package code chapters include with literalinclude both fit it: the package's
+# formatter (ruff, pyproject.toml) wraps at the same width. Printed output may be wider: it wraps, and
+# tests/test_browser.py checks that no code block scrolls sideways.
 HIDDEN = {"remove-cell", "remove-input"}
 INCLUDE = re.compile(r"```\{literalinclude\} \.\./(posgeom_utils/[\w/]+\.py)\n((?::[\w-]+:.*\n)*)")
 
@@ -146,8 +147,8 @@ def test_chapter_shows_the_package_code_it_relies_on(chapter: str) -> None:
     objects = included_objects((ROOT / "notebooks" / f"{chapter}.md").read_text())
     assert len(objects) >= 2, f"{chapter} shows no implementation from posgeom_utils (literalinclude :pyobject:)"
     for file, dotted in objects:
-        wide = [line for line in object_lines(ROOT / file, dotted) if len(line) > PACKAGE_WIDTH]
-        assert not wide, f"{chapter}: {file}:{dotted} has lines wider than {PACKAGE_WIDTH}: {wide[:2]}"
+        wide = [line for line in object_lines(ROOT / file, dotted) if len(line) > PAGE_WIDTH]
+        assert not wide, f"{chapter}: {file}:{dotted} has lines wider than {PAGE_WIDTH}: {wide[:2]}"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -166,10 +167,15 @@ def test_no_hidden_cell_defines_a_function_and_visible_code_fits(chapter: str) -
             assert not wide, f"{chapter}: visible code wider than {PAGE_WIDTH}: {wide[:2]}"
 
 
+def test_the_formatter_wraps_at_the_page_width() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert config["tool"]["ruff"]["line-length"] == PAGE_WIDTH
+
+
 def test_the_code_checks_can_fail(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("class A:\n    def f(self):\n        return 1  " + "#" * 100 + "\n")
-    assert max(map(len, object_lines(module, "A.f"))) > PACKAGE_WIDTH
+    assert max(map(len, object_lines(module, "A.f"))) > PAGE_WIDTH
     with pytest.raises(AssertionError, match="no A.g"):
         object_lines(module, "A.g")
     assert included_objects("```{literalinclude} ../posgeom_utils/geometry.py\n:language: python\n"

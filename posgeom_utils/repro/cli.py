@@ -1,8 +1,9 @@
-"""The ``posgeom`` command line: ``stress``, ``run`` and ``count`` (:mod:`.count_command`).
+"""The ``posgeom`` command line: ``stress``, ``run`` and ``count``
+(:mod:`.count_command`).
 
-Chapter: *The optimal encoding: classical MDS on Hellinger geometry* and *Are nearby positions
-encoded nearby?* (``stress``), *Reproduction ledger* (``run``), *Beyond one machine* (``count``).
-"""
+Chapter: *The optimal encoding: classical MDS on Hellinger geometry* and *Are nearby
+positions encoded nearby?* (``stress``), *Reproduction ledger* (``run``), *Beyond one
+machine* (``count``)."""
 
 from __future__ import annotations
 
@@ -59,7 +60,9 @@ class UsageError(Exception):
 
 
 @contextmanager
-def usage(prefix: str = "", suffix: str = "", errors: tuple = (ValueError,)) -> Iterator[None]:
+def usage(
+    prefix: str = "", suffix: str = "", errors: tuple = (ValueError,)
+) -> Iterator[None]:
     """Re-raise ``errors`` as a :class:`UsageError` ``prefix + message + suffix``.
     Chapter: *Reproduction ledger*."""
     try:
@@ -69,9 +72,12 @@ def usage(prefix: str = "", suffix: str = "", errors: tuple = (ValueError,)) -> 
 
 
 def add_command(sub: Any, name: str, summary: str, epilog: str, func: Any) -> Any:
-    """Register the sub-command ``name`` running ``func``. Chapter: *Reproduction ledger*."""
+    """Register the sub-command ``name`` running ``func``. Chapter: *Reproduction
+    ledger*."""
     text = textwrap.fill(summary, 100)
-    p = sub.add_parser(name, help=summary, description=text, epilog=epilog, formatter_class=RAW)
+    p = sub.add_parser(
+        name, help=summary, description=text, epilog=epilog, formatter_class=RAW
+    )
     p.set_defaults(func=func)
     return p
 
@@ -89,24 +95,38 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``posgeom`` argument parser. Chapter: *Reproduction ledger*."""
     from .count_command import add_count_parser
 
-    parser = argparse.ArgumentParser(prog=PROG, epilog="posgeom COMMAND --help: its options")
+    parser = argparse.ArgumentParser(
+        prog=PROG, epilog="posgeom COMMAND --help: its options"
+    )
     sub = parser.add_subparsers(dest="command", title="commands", required=True)
-    summary = "stress and monotonicity of a model's positional encoding, the MDS optimum and "
+    summary = (
+        "stress and monotonicity of a model's positional encoding, the MDS optimum and "
+    )
     summary += "sinusoidal against D_H, the Hellinger distances of a corpus's positional tokens"
     p = add_command(sub, "stress", summary, STRESS_EPILOG, _stress)
     model = "a Hugging Face id or local folder (offline: sentence-transformers/all-MiniLM-L6-v2)"
     p.add_argument("--model", required=True, metavar="ID_OR_PATH", help=model)
     corpus = "sst2, imdb, or a UTF-8 text file with one text per line"
     p.add_argument("--corpus", required=True, metavar="sst2|imdb|FILE", help=corpus)
-    p.add_argument("--split", default="train", help="split of sst2 or imdb (default: train)")
+    p.add_argument(
+        "--split", default="train", help="split of sst2 or imdb (default: train)"
+    )
     p.add_argument("--n", type=int, default=128, help="positions 0..n-1 (default: 128)")
     add_token_options(p)
     count = "keep the positions that K texts reach (default: 20)"
     p.add_argument("--min-count", type=int, default=20, metavar="K", help=count)
-    p.add_argument("--sample-size", type=int, metavar="N", help="a seeded sample of N texts")
-    p.add_argument("--data-dir", metavar="DIR", help="sst2/imdb here (default: $POSGEOM_DATA_DIR)")
-    p.add_argument("--json", action="store_true", help="print one JSON object, not the table")
-    p.add_argument("--plot", metavar="FILE.png", help="save D_H beside the model's distances")
+    p.add_argument(
+        "--sample-size", type=int, metavar="N", help="a seeded sample of N texts"
+    )
+    p.add_argument(
+        "--data-dir", metavar="DIR", help="sst2/imdb here (default: $POSGEOM_DATA_DIR)"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object, not the table"
+    )
+    p.add_argument(
+        "--plot", metavar="FILE.png", help="save D_H beside the model's distances"
+    )
     _add_run(sub)
     add_count_parser(sub)
     return parser
@@ -121,17 +141,33 @@ def _add_run(sub: Any) -> None:
     p = add_command(sub, "run", summary, RUN_EPILOG, _run)
     profile = "smoke (seconds), default (the book build) or paper (full scale, a GPU)"
     p.add_argument("--profile", required=True, choices=sorted(PROFILES), help=profile)
-    p.add_argument("--chapters", nargs="+", metavar="CHAPTER", help="default: every chapter")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="where models train")
+    p.add_argument(
+        "--chapters", nargs="+", metavar="CHAPTER", help="default: every chapter"
+    )
+    p.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), help="where models train"
+    )
     p.add_argument("--model", metavar="ID_OR_PATH", help="the chapters' model_name")
-    p.add_argument("--out", metavar="DIR", help="output folder (default: runs/<profile>-<date>)")
+    p.add_argument(
+        "--out", metavar="DIR", help="output folder (default: runs/<profile>-<date>)"
+    )
     cap = f"bound every size parameter ({', '.join(SIZE_PARAMETERS)}) by N; recorded"
     p.add_argument("--cap", type=int, metavar="N", help=cap)
-    p.add_argument("--force", action="store_true", help="rerun current chapters, retrain anew")
-    p.add_argument("--source-dir", metavar="DIR", help="the MyST chapters (default: notebooks/)")
-    p.add_argument("--executor", choices=("serial", "dask"), help="where independent runs train")
-    p.add_argument("--workers", type=int, metavar="N", help="Dask workers with --executor dask")
-    p.add_argument("--scheduler", metavar="ADDRESS", help="a Dask scheduler, with --executor dask")
+    p.add_argument(
+        "--force", action="store_true", help="rerun current chapters, retrain anew"
+    )
+    p.add_argument(
+        "--source-dir", metavar="DIR", help="the MyST chapters (default: notebooks/)"
+    )
+    p.add_argument(
+        "--executor", choices=("serial", "dask"), help="where independent runs train"
+    )
+    p.add_argument(
+        "--workers", type=int, metavar="N", help="Dask workers with --executor dask"
+    )
+    p.add_argument(
+        "--scheduler", metavar="ADDRESS", help="a Dask scheduler, with --executor dask"
+    )
 
 
 def _corpus(args: argparse.Namespace) -> Any:
@@ -139,33 +175,56 @@ def _corpus(args: argparse.Namespace) -> Any:
 
     name, fix = args.corpus, ": pass a UTF-8 file, one text per line"
     if name in LOCAL_FILES:
-        missing = usage(f"--corpus {name}: ", " (or pass --data-dir DIR)", (FileNotFoundError,))
+        missing = usage(
+            f"--corpus {name}: ", " (or pass --data-dir DIR)", (FileNotFoundError,)
+        )
         with usage("--split/--corpus: "), missing:
             corpus = load_corpus(name, args.split, data_dir=args.data_dir)
         return corpus.sample(args.sample_size)
     path = Path(name).expanduser()
     if not path.is_file():
-        raise UsageError(f"--corpus {name!r} is neither 'sst2', 'imdb' nor an existing file" + fix)
-    with usage(f"--corpus {name!r} is not UTF-8 text (", ")" + fix, (UnicodeDecodeError,)):
-        texts = [t for t in (s.strip() for s in path.read_text("utf-8").splitlines()) if t]
+        raise UsageError(
+            f"--corpus {name!r} is neither 'sst2', 'imdb' nor an existing file" + fix
+        )
+    with usage(
+        f"--corpus {name!r} is not UTF-8 text (", ")" + fix, (UnicodeDecodeError,)
+    ):
+        texts = [
+            t for t in (s.strip() for s in path.read_text("utf-8").splitlines()) if t
+        ]
     if not texts:
-        raise UsageError(f"--corpus {name!r} holds no text (empty or blank lines only)" + fix)
+        raise UsageError(
+            f"--corpus {name!r} holds no text (empty or blank lines only)" + fix
+        )
     labels = np.full(len(texts), -1, dtype=np.int64)
     return Corpus(path.name, "file", texts, labels, str(path)).sample(args.sample_size)
 
 
 def _marginals(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(corpus, the model's config, positional marginals truncated at ``--min-count``)."""
+    """(corpus, the model's config, positional marginals truncated at
+    ``--min-count``)."""
     from ..marginals import positional_marginals
-    from ..models import load_config, load_tokenizer, position_table_size, positional_mechanism
+    from ..models import (
+        load_config,
+        load_tokenizer,
+        position_table_size,
+        positional_mechanism,
+    )
 
     with usage():
-        integer(args.n, "--n", minimum=3, fix="stress needs 3 positions; pass e.g. --n 128")
+        integer(
+            args.n, "--n", minimum=3, fix="stress needs 3 positions; pass e.g. --n 128"
+        )
         integer(args.min_count, "--min-count", fix="pass e.g. --min-count 20")
         if args.sample_size is not None:
             integer(args.sample_size, "--sample-size", fix="omit it to use all texts")
-    if args.plot is not None and not Path(args.plot).expanduser().resolve().parent.is_dir():
-        raise UsageError(f"--plot {args.plot!r}: its folder does not exist; create it first")
+    if (
+        args.plot is not None
+        and not Path(args.plot).expanduser().resolve().parent.is_dir()
+    ):
+        raise UsageError(
+            f"--plot {args.plot!r}: its folder does not exist; create it first"
+        )
     corpus = _corpus(args)
     with usage(f"--model {args.model!r}: ", "", (ValueError, TypeError)):
         tokenizer, config = load_tokenizer(args.model), load_config(args.model)
@@ -177,9 +236,15 @@ def _marginals(args: argparse.Namespace) -> tuple[Any, Any, Any]:
             f"--n {args.n} exceeds the {table} positions of the model's learned position table "
             f"(max_position_embeddings): pass --n {table} or less"
         )
-    with usage("--n/--policy: "):  # min_count=1 here, so that an error names the right option
+    # min_count=1 here, so that an error names the right option
+    with usage("--n/--policy: "):
         marg = positional_marginals(
-            corpus, tokenizer, args.n, special_tokens=args.policy, min_count=1, view=args.view
+            corpus,
+            tokenizer,
+            args.n,
+            special_tokens=args.policy,
+            min_count=1,
+            view=args.view,
         )
     with usage(f"--min-count {args.min_count}: "):
         marg = marg.truncate(min_count=args.min_count)
@@ -191,8 +256,11 @@ def _marginals(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     return corpus, config, marg
 
 
-def _model_encoding(model_name: str, config: Any, n: int) -> tuple[str, str, np.ndarray | None]:
-    """(row name, mechanism, n x d encoding or None) for the model's own positional mechanism."""
+def _model_encoding(
+    model_name: str, config: Any, n: int
+) -> tuple[str, str, np.ndarray | None]:
+    """(row name, mechanism, n x d encoding or None) for the model's own positional
+    mechanism."""
     from ..encodings import alibi, alibi_slopes, rope
     from ..models import learned_position_embeddings, load_model, positional_mechanism
 
@@ -204,12 +272,20 @@ def _model_encoding(model_name: str, config: Any, n: int) -> tuple[str, str, np.
     with usage(f"--model {model_name!r}: "):
         model = load_model(model_name, device="cpu")
     try:
-        return mech.label, "learned absolute table", learned_position_embeddings(model, n)
+        return (
+            mech.label,
+            "learned absolute table",
+            learned_position_embeddings(model, n),
+        )
     except ValueError as exc:
         if "exceeds" in str(exc):
             raise UsageError(f"--n: {exc}; pass a smaller --n") from exc
     pe = getattr(config, "position_embedding_type", "absolute")
-    return "none", f"no absolute encoding ({pe}, model_type={config.model_type!r})", None
+    return (
+        "none",
+        f"no absolute encoding ({pe}, model_type={config.model_type!r})",
+        None,
+    )
 
 
 def _row(name: str, kind: str, P: np.ndarray, D: np.ndarray) -> dict:
@@ -217,14 +293,20 @@ def _row(name: str, kind: str, P: np.ndarray, D: np.ndarray) -> dict:
 
     P = np.asarray(P, dtype=np.float64)
     scores = [stress(P, D, "raw"), stress(P, D, "fitted")]
-    scores.append(monotonicity_violation_rate(P, "triplets", input_kind="encoding").rate)
+    scores.append(
+        monotonicity_violation_rate(P, "triplets", input_kind="encoding").rate
+    )
     row = {"encoding": name, "kind": kind, "width": int(P.shape[1])}
     return row | dict(zip(SCORES, map(float, scores)))
 
 
 def _stress(args: argparse.Namespace) -> int:
     from ..encodings import mds_encoding, sinusoidal
-    from ..geometry import classical_mds, hellinger_distances, monotonicity_violation_rate
+    from ..geometry import (
+        classical_mds,
+        hellinger_distances,
+        monotonicity_violation_rate,
+    )
     from ..models import config_int, model_label
 
     corpus, config, marg = _marginals(args)
@@ -236,11 +318,17 @@ def _stress(args: argparse.Namespace) -> int:
     d_sin = width - width % 2 or 2
     rows = [] if P_model is None else [_row(name, mechanism, P_model, D)]
     rows.append(_row(f"MDS optimum (d={width})", "mds", mds_encoding(D, width), D))
-    rows.append(_row(f"sinusoidal (d={d_sin})", "sinusoidal", sinusoidal(marg.n, d_sin), D))
+    rows.append(
+        _row(f"sinusoidal (d={d_sin})", "sinusoidal", sinusoidal(marg.n, d_sin), D)
+    )
     rate = monotonicity_violation_rate(D, "triplets", input_kind="distances").rate
     geometry = {"name": corpus.name, "split": corpus.split, "source": corpus.source}
-    geometry |= dict(texts=len(corpus), n_requested=args.n, n=int(marg.n), policy=args.policy)
-    geometry |= dict(view=args.view, min_count=args.min_count, effective_rank=mds.effective_rank)
+    geometry |= dict(
+        texts=len(corpus), n_requested=args.n, n=int(marg.n), policy=args.policy
+    )
+    geometry |= dict(
+        view=args.view, min_count=args.min_count, effective_rank=mds.effective_rank
+    )
     geometry |= dict(negative_mass=float(mds.negative_mass), violation_rate=float(rate))
     geometry["support"] = [int(s) for s in marg.support]
     info = {"model": str(args.model), "model_label": model_label(args.model)}
@@ -264,20 +352,31 @@ def _table(info: dict) -> str:
         "",
     ]
     header = ("encoding", "width", "raw stress", "fitted stress", "violation rate")
-    body = [(r["encoding"], str(r["width"]), *(_num(r[k]) for k in SCORES)) for r in info["rows"]]
+    body = [
+        (r["encoding"], str(r["width"]), *(_num(r[k]) for k in SCORES))
+        for r in info["rows"]
+    ]
     widths = [max(map(len, column)) for column in zip(header, *body)]
     for row in [header, ["-" * w for w in widths], *body]:
-        cells = [row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:]))]
+        cells = [
+            row[0].ljust(widths[0]),
+            *(c.rjust(w) for c, w in zip(row[1:], widths[1:])),
+        ]
         lines.append("  ".join(cells))
-    return "\n".join(lines + (["", f"figure: {info['plot']}"] if "plot" in info else []))
+    return "\n".join(
+        lines + (["", f"figure: {info['plot']}"] if "plot" in info else [])
+    )
 
 
 def _num(x: float) -> str:
     return f"{x:.4f}" if math.isfinite(x) else "nan"
 
 
-def _plot(D: np.ndarray, P: np.ndarray | None, name: str, info: dict, path: Path) -> None:
-    from matplotlib.figure import Figure  # no pyplot: no global backend, no display needed
+def _plot(
+    D: np.ndarray, P: np.ndarray | None, name: str, info: dict, path: Path
+) -> None:
+    # no pyplot: no global backend, no display needed
+    from matplotlib.figure import Figure
 
     from ..geometry import pairwise_distances
 
@@ -298,12 +397,25 @@ def _plot(D: np.ndarray, P: np.ndarray | None, name: str, info: dict, path: Path
 def _run(args: argparse.Namespace) -> int:
     from .runner import RunError, run_chapters
 
-    out, source = (Path(p).expanduser() if p else None for p in (args.out, args.source_dir))
-    names = ("chapters", "device", "cap", "force", "model", "executor", "workers", "scheduler")
+    out, source = (
+        Path(p).expanduser() if p else None for p in (args.out, args.source_dir)
+    )
+    names = (
+        "chapters",
+        "device",
+        "cap",
+        "force",
+        "model",
+        "executor",
+        "workers",
+        "scheduler",
+    )
     options = {name: getattr(args, name) for name in names}
     log = functools.partial(print, flush=True)
     try:
-        summary = run_chapters(args.profile, out=out, source_dir=source, log=log, **options)
+        summary = run_chapters(
+            args.profile, out=out, source_dir=source, log=log, **options
+        )
     except RunError as exc:
         raise UsageError(f"{exc.argument}: {exc}") from exc
     return 0 if summary.ok else 1
@@ -311,7 +423,8 @@ def _run(args: argparse.Namespace) -> int:
 
 @contextmanager
 def _quiet() -> Iterator[None]:
-    """No transformers warnings; progress bars only on a terminal (all restored afterwards)."""
+    """No transformers warnings; progress bars only on a terminal (all restored
+    afterwards)."""
     from transformers.utils import logging as hf
 
     verbosity, bars = hf.get_verbosity(), hf.is_progress_bar_enabled()
@@ -331,12 +444,15 @@ def _quiet() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``posgeom``: exit code 0, 1 when a chapter of ``run`` failed, 2 on bad usage (one line on
-    stderr); ``--help`` exits 0. Chapter: *Reproduction ledger*."""
+    """Run ``posgeom``: exit code 0, 1 when a chapter of ``run`` failed, 2 on bad usage
+    (one line on stderr); ``--help`` exits 0. Chapter: *Reproduction ledger*."""
     args = build_parser().parse_args(argv)
     with _quiet():
         try:
             return int(args.func(args))
         except UsageError as exc:
-            print(f"{PROG} {args.command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+            print(
+                f"{PROG} {args.command}: error: {' '.join(str(exc).split())}",
+                file=sys.stderr,
+            )
             return 2

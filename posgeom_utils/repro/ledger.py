@@ -1,15 +1,17 @@
-"""The reproduction ledger: every claim of Cirrincione (2026) beside our number and a computed verdict.
+"""The reproduction ledger: every claim of Cirrincione (2026) beside our number and a
+computed verdict.
 
-Chapter: *Reproduction ledger*. The rows are ``book/paper_claims.yaml`` (its header documents the fields): the
-paper's statement and value (from :data:`~posgeom_utils.repro.paper.REPORTED`, never typed), how our number
-is shown (a template over the chapter's glued keys, ``"{sst2_sin_raw:.0f}"``) and a ``check`` on our glued
-values that turns the two into a verdict. A check is a mapping: ``{key, op, value}`` (a constant),
-``{key, op, other, factor, offset}`` (another key, ``factor * other + offset``), ``{key, op, paper, factor,
-offset}`` (the paper's value), ``{key, op: between, low, high}``, ``{asserted: TEXT}`` (the chapter asserts
-it), or ``{all: [...]}`` / ``{any: [...]}``; ``op`` is one of ``< <= > >= == !=`` (``==``/``!=`` within
-``tol + rtol |y|``). The claims the chapters make about their own numbers are not here: each is an ``assert``
-beside its sentence, so a run that breaks it fails.
-"""
+Chapter: *Reproduction ledger*. The rows are ``book/paper_claims.yaml`` (its header
+documents the fields): the paper's statement and value (from
+:data:`~posgeom_utils.repro.paper.REPORTED`, never typed), how our number is shown (a
+template over the chapter's glued keys, ``"{sst2_sin_raw:.0f}"``) and a ``check`` on our
+glued values that turns the two into a verdict. A check is a mapping: ``{key, op,
+value}`` (a constant), ``{key, op, other, factor, offset}`` (another key, ``factor *
+other + offset``), ``{key, op, paper, factor, offset}`` (the paper's value), ``{key, op:
+between, low, high}``, ``{asserted: TEXT}`` (the chapter asserts it), or ``{all:
+[...]}`` / ``{any: [...]}``; ``op`` is one of ``< <= > >= == !=`` (``==``/``!=`` within
+``tol + rtol |y|``). The claims the chapters make about their own numbers are not here:
+each is an ``assert`` beside its sentence, so a run that breaks it fails."""
 
 from __future__ import annotations
 
@@ -63,8 +65,8 @@ class ClaimError(ValueError):
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim of the paper: what it says (``value``: a REPORTED key or ``"a / b"``; or ``text``), how ours
-    is shown and judged. Chapter: *Reproduction ledger*."""
+    """One claim of the paper: what it says (``value``: a REPORTED key or ``"a / b"``;
+    or ``text``), how ours is shown and judged. Chapter: *Reproduction ledger*."""
 
     id: str
     chapter: str
@@ -97,13 +99,15 @@ class Claim:
             *(a["definition"] for a in self.alternatives),
         )
         return list(
-            dict.fromkeys(keys + [m.group(1) for t in texts for m in _TEMPLATE.finditer(t)])
+            dict.fromkeys(
+                keys + [m.group(1) for t in texts for m in _TEMPLATE.finditer(t)]
+            )
         )
 
 
 def paper_value(ref: str) -> float:
-    """The paper's number for a reference: a REPORTED key, or the ratio ``"a / b"`` of two.
-    Chapter: *Reproduction ledger*."""
+    """The paper's number for a reference: a REPORTED key, or the ratio ``"a / b"`` of
+    two. Chapter: *Reproduction ledger*."""
     names = [part.strip() for part in ref.split("/")]
     unknown = [n for n in names if n not in REPORTED]
     if unknown or len(names) > 2:
@@ -122,8 +126,11 @@ def _leaves(check: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def check_keys(check: Mapping[str, Any]) -> list[str]:
-    """The glued keys a check reads, in order, without repeats. Chapter: *Reproduction ledger*."""
-    return list(dict.fromkeys(c[n] for c in _leaves(check) for n in ("key", "other") if n in c))
+    """The glued keys a check reads, in order, without repeats. Chapter: *Reproduction
+    ledger*."""
+    return list(
+        dict.fromkeys(c[n] for c in _leaves(check) for n in ("key", "other") if n in c)
+    )
 
 
 def _validate(check: Any) -> None:
@@ -147,20 +154,30 @@ def _validate(check: Any) -> None:
 
 
 def _row(item: Mapping[str, Any]) -> Claim:
-    """One row of the YAML file as a :class:`Claim`, validated (a :class:`ClaimError` says what is wrong)."""
+    """One row of the YAML file as a :class:`Claim`, validated (a :class:`ClaimError`
+    says what is wrong)."""
     unknown = set(item) - set(FIELDS)
     if unknown or not {"id", "chapter", "statement", "ours"} <= set(item):
-        raise ClaimError(f"fields {sorted(unknown)} unknown, or id/chapter/statement/ours missing")
+        raise ClaimError(
+            f"fields {sorted(unknown)} unknown, or id/chapter/statement/ours missing"
+        )
     if ("value" in item) == ("text" in item) or ("check" in item) == bool(
         item.get("not_checkable")
     ):
         raise ClaimError("give one of value/text, and a check unless not_checkable")
-    for check in [item.get("check"), *(a["check"] for a in item.get("alternatives", []))]:
+    for check in [
+        item.get("check"),
+        *(a["check"] for a in item.get("alternatives", [])),
+    ]:
         if check is not None:
             _validate(check)
     if item.get("value"):
         paper_value(item["value"])
-    if item.get("verdict", REPRODUCED) not in (REPRODUCED, DIFFERENT_DEFINITION, BY_CONSTRUCTION):
+    if item.get("verdict", REPRODUCED) not in (
+        REPRODUCED,
+        DIFFERENT_DEFINITION,
+        BY_CONSTRUCTION,
+    ):
         raise ClaimError(
             f"verdict must be {REPRODUCED}, {DIFFERENT_DEFINITION} or {BY_CONSTRUCTION}"
         )
@@ -173,25 +190,29 @@ def _row(item: Mapping[str, Any]) -> Claim:
 
 
 def load_claims(path: str | Path | None = None) -> list[Claim]:
-    """Read and validate the ledger's rows (default ``book/paper_claims.yaml``). Chapter: *Reproduction
-    ledger*."""
+    """Read and validate the ledger's rows (default ``book/paper_claims.yaml``).
+    Chapter: *Reproduction ledger*."""
     import yaml
 
     path = Path(path) if path is not None else DEFAULT_CLAIMS
     claims: list[Claim] = []
-    for k, item in enumerate(yaml.safe_load(path.read_text(encoding="utf-8"))["claims"]):
+    for k, item in enumerate(
+        yaml.safe_load(path.read_text(encoding="utf-8"))["claims"]
+    ):
         try:
             claims.append(_row(item))
         except ClaimError as exc:
-            raise ClaimError(f"{path} row {k + 1} ({item.get('id')!r}): {exc}") from None
+            raise ClaimError(
+                f"{path} row {k + 1} ({item.get('id')!r}): {exc}"
+            ) from None
     if len({c.id for c in claims}) != len(claims):
         raise ClaimError(f"{path}: duplicate ids")
     return claims
 
 
 def as_number(value: Any) -> float | None:
-    """A glued value as a float (``"66%"`` is 0.66); ``None`` for booleans, words and lists.
-    Chapter: *Reproduction ledger*."""
+    """A glued value as a float (``"66%"`` is 0.66); ``None`` for booleans, words and
+    lists. Chapter: *Reproduction ledger*."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
@@ -204,10 +225,18 @@ def as_number(value: Any) -> float | None:
 
 
 def _fmt(x: Any) -> str:
-    return f"{x:.6g}" if isinstance(x, float) else repr(x) if isinstance(x, str) else str(x)
+    return (
+        f"{x:.6g}"
+        if isinstance(x, float)
+        else repr(x)
+        if isinstance(x, str)
+        else str(x)
+    )
 
 
-def evaluate_check(check: Mapping[str, Any], results: Mapping[str, Any]) -> tuple[bool, str]:
+def evaluate_check(
+    check: Mapping[str, Any], results: Mapping[str, Any]
+) -> tuple[bool, str]:
     """Evaluate a check on one chapter's glued ``results``: (passed, what was compared).
     Chapter: *Reproduction ledger*."""
     for mode, combine in (("all", all), ("any", any)):
@@ -216,7 +245,10 @@ def evaluate_check(check: Mapping[str, Any], results: Mapping[str, Any]) -> tupl
             joiner = " and " if mode == "all" else " or "
             return combine(p for p, _ in subs), joiner.join(f"[{m}]" for _, m in subs)
     if "asserted" in check:
-        return True, f"the chapter ran to completion, so its assertion held: {check['asserted']}"
+        return (
+            True,
+            f"the chapter ran to completion, so its assertion held: {check['asserted']}",
+        )
     key, op = check["key"], check["op"]
     x = as_number(results.get(key))
     if x is None or math.isnan(x):
@@ -232,12 +264,19 @@ def evaluate_check(check: Mapping[str, Any], results: Mapping[str, Any]) -> tupl
     elif "other" in check:
         base, name = as_number(results.get(check["other"])), check["other"]
         if base is None or math.isnan(base):
-            return False, f"{name} = {_fmt(results.get(name, 'missing'))} is not a number"
+            return (
+                False,
+                f"{name} = {_fmt(results.get(name, 'missing'))} is not a number",
+            )
     else:
         base, name = paper_value(check["paper"]), f"paper {check['paper']}"
     factor, offset = check.get("factor", 1), check.get("offset", 0)
     y = factor * base + offset
-    rhs = (f"{_fmt(factor)} * " if factor != 1 else "") + name + (f" {offset:+g}" if offset else "")
+    rhs = (
+        (f"{_fmt(factor)} * " if factor != 1 else "")
+        + name
+        + (f" {offset:+g}" if offset else "")
+    )
     rhs += f" = {_fmt(y)}" if (factor != 1 or offset or "paper" in check) else ""
     if op in OPS:
         passed = OPS[op](x, float(y))
@@ -251,8 +290,8 @@ def evaluate_check(check: Mapping[str, Any], results: Mapping[str, Any]) -> tupl
 
 
 def render(text: str, results: Mapping[str, Any] | None) -> tuple[str, list[str]]:
-    """Fill a template with glued values: (text, missing keys); a missing key leaves ``?``.
-    Chapter: *Reproduction ledger*."""
+    """Fill a template with glued values: (text, missing keys); a missing key leaves
+    ``?``. Chapter: *Reproduction ledger*."""
     missing: list[str] = []
 
     def one(match: re.Match) -> str:
@@ -269,32 +308,55 @@ def render(text: str, results: Mapping[str, Any] | None) -> tuple[str, list[str]
 
 
 def read_run(folder: str | Path | None, chapter: str) -> dict[str, Any] | None:
-    """The ``results.json`` of ``chapter`` under ``folder`` (``None`` when absent or unreadable).
-    Chapter: *Reproduction ledger*."""
-    payload = read_json(Path(folder) / chapter / "results.json") if folder is not None else None
-    return payload if payload is not None and isinstance(payload.get("results"), dict) else None
+    """The ``results.json`` of ``chapter`` under ``folder`` (``None`` when absent or
+    unreadable). Chapter: *Reproduction ledger*."""
+    payload = (
+        read_json(Path(folder) / chapter / "results.json")
+        if folder is not None
+        else None
+    )
+    return (
+        payload
+        if payload is not None and isinstance(payload.get("results"), dict)
+        else None
+    )
 
 
 def scale_label(payload: Mapping[str, Any] | None, profile: str) -> str:
-    """What a run is: ``"reference profile"``, a capped CPU run (never paper scale), a stand-in of another
-    profile, or pending. Chapter: *Reproduction ledger*."""
+    """What a run is: ``"reference profile"``, a capped CPU run (never paper scale), a
+    stand-in of another profile, or pending. Chapter: *Reproduction ledger*."""
     if payload is None:
         return PENDING.get(profile, f"pending a {profile} run")
     prov = payload.get("provenance", {}) or {}
-    ran = prov.get("profile") or payload.get("parameters", {}).get("profile") or "unknown"
+    ran = (
+        prov.get("profile") or payload.get("parameters", {}).get("profile") or "unknown"
+    )
     if prov.get("cap") is not None:
-        return f"capped CPU run (cap {prov['cap']}) of the {ran} profile, not {ran} scale"
+        return (
+            f"capped CPU run (cap {prov['cap']}) of the {ran} profile, not {ran} scale"
+        )
     return (
-        f"{ran} profile" if ran == profile else f"{ran} profile results standing in for {profile}"
+        f"{ran} profile"
+        if ran == profile
+        else f"{ran} profile results standing in for {profile}"
     )
 
 
 def _provenance(payload: Mapping[str, Any] | None) -> dict[str, Any]:
     payload = payload or {}
-    prov, params = payload.get("provenance", {}) or {}, payload.get("parameters", {}) or {}
+    prov, params = (
+        payload.get("provenance", {}) or {},
+        payload.get("parameters", {}) or {},
+    )
     results = payload.get("results", {}) or {}
-    model = params.get("model_name") or results.get("model") or results.get("tokenizer_name")
-    corpora = "/".join(str(params[k]) for k in ("dataset", "other_dataset") if params.get(k))
+    model = (
+        params.get("model_name")
+        or results.get("model")
+        or results.get("tokenizer_name")
+    )
+    corpora = "/".join(
+        str(params[k]) for k in ("dataset", "other_dataset") if params.get(k)
+    )
     data = (
         [corpora + (f" {params['split']}" if params.get("split") and corpora else "")]
         if corpora
@@ -302,15 +364,21 @@ def _provenance(payload: Mapping[str, Any] | None) -> dict[str, Any]:
     )
     if "sample_size" in params:
         data.append(
-            "all texts" if params["sample_size"] is None else f"{params['sample_size']} texts"
+            "all texts"
+            if params["sample_size"] is None
+            else f"{params['sample_size']} texts"
         )
-    data += [f"{k}={params[k]}" for k in ("n", "min_count", "special_tokens") if k in params]
+    data += [
+        f"{k}={params[k]}" for k in ("n", "min_count", "special_tokens") if k in params
+    ]
     commit = prov.get("commit")
     return {
         "model": str(model or ("all-MiniLM-L6-v2 (packaged)" if payload else "")),
         "data": ", ".join(data) or ("synthetic" if payload else ""),
         "device": prov.get("device_name") or "",
-        "commit": (commit[:10] + (" (dirty)" if prov.get("dirty") else "")) if commit else "",
+        "commit": (commit[:10] + (" (dirty)" if prov.get("dirty") else ""))
+        if commit
+        else "",
         "date": (prov.get("finished") or "")[:10],
     }
 
@@ -323,7 +391,9 @@ def rule_text(claim: Claim) -> str:
     if "asserted" in check:
         return f"asserted by the chapter: {check['asserted']}"
     if "paper" in check and check["op"] == "==":
-        parts = [f"{check['rtol']:.0%} of the paper's value"] if check.get("rtol") else []
+        parts = (
+            [f"{check['rtol']:.0%} of the paper's value"] if check.get("rtol") else []
+        )
         if check.get("tol") or not parts:
             parts.append(f"{check.get('tol', 0):g}")
         return "|ours - paper| <= " + " + ".join(parts)
@@ -336,15 +406,21 @@ def _sentences(*parts: str) -> str:
     return ". ".join(kept) + ("." if kept else "")
 
 
-def judge(claim: Claim, payload: Mapping[str, Any] | None, profile: str) -> dict[str, str]:
-    """The verdict of ``claim`` on one profile's results of its chapter: ``{"ours", "verdict", "evidence"}``;
-    when the check fails, an alternative that holds gives *reproduced with a different definition*.
-    Chapter: *Reproduction ledger*."""
+def judge(
+    claim: Claim, payload: Mapping[str, Any] | None, profile: str
+) -> dict[str, str]:
+    """The verdict of ``claim`` on one profile's results of its chapter: ``{"ours",
+    "verdict", "evidence"}``; when the check fails, an alternative that holds gives
+    *reproduced with a different definition*. Chapter: *Reproduction ledger*."""
     results = payload["results"] if payload is not None else None
     ours, missing = render(claim.ours, results)
     if claim.not_checkable:
         shown = ours if results is not None and not missing else ""
-        return {"ours": shown, "verdict": NOT_CHECKABLE, "evidence": claim.not_checkable}
+        return {
+            "ours": shown,
+            "verdict": NOT_CHECKABLE,
+            "evidence": claim.not_checkable,
+        }
     if results is None:
         return {
             "ours": "",
@@ -379,12 +455,16 @@ def judge(claim: Claim, payload: Mapping[str, Any] | None, profile: str) -> dict
                 "evidence": _sentences(text, evidence),
             }
         tried.append(alt_message)
-    return {"ours": ours, "verdict": DIFFERS, "evidence": _sentences("; ".join(tried), evidence)}
+    return {
+        "ours": ours,
+        "verdict": DIFFERS,
+        "evidence": _sentences("; ".join(tried), evidence),
+    }
 
 
 def paper_shown(claim: Claim) -> str:
-    """The paper's value as shown: a whole count as an integer, other numbers to 4 digits, or its words.
-    Chapter: *Reproduction ledger*."""
+    """The paper's value as shown: a whole count as an integer, other numbers to 4
+    digits, or its words. Chapter: *Reproduction ledger*."""
     if claim.value is None:
         return claim.text or ""
     value = paper_value(claim.value)
@@ -400,9 +480,10 @@ def build_ledger(
     claims: list[Claim] | None = None,
     profiles: tuple[str, ...] = LEDGER_PROFILES,
 ) -> Any:
-    """One row per claim of the paper, indexed by id: the paper's value, what ours is, the rule, and per
-    profile (``results_dirs[profile]``: a ``posgeom run`` output folder) our value, the verdict, the evidence,
-    the run's scale and provenance. Chapter: *Reproduction ledger*."""
+    """One row per claim of the paper, indexed by id: the paper's value, what ours is,
+    the rule, and per profile (``results_dirs[profile]``: a ``posgeom run`` output
+    folder) our value, the verdict, the evidence, the run's scale and provenance.
+    Chapter: *Reproduction ledger*."""
     import pandas as pd
 
     records = []
@@ -422,24 +503,35 @@ def build_ledger(
             outcome = judge(claim, payloads[p], p)
             record |= {f"{name} ({p})": value for name, value in outcome.items()}
             record[f"scale ({p})"] = scale_label(payloads[p], p)
-            record |= {f"{name} ({p})": value for name, value in _provenance(payloads[p]).items()}
+            record |= {
+                f"{name} ({p})": value
+                for name, value in _provenance(payloads[p]).items()
+            }
         records.append(record)
     return pd.DataFrame(records).set_index("id")
 
 
 def provenance_table(
-    results_dirs: Mapping[str, str | Path | None], profiles: tuple[str, ...] = LEDGER_PROFILES
+    results_dirs: Mapping[str, str | Path | None],
+    profiles: tuple[str, ...] = LEDGER_PROFILES,
 ) -> Any:
-    """One row per (profile, chapter) with results: scale, commit, date, device, cap, wall time and library
-    versions; a profile without results gets one pending row. Chapter: *Reproduction ledger*."""
+    """One row per (profile, chapter) with results: scale, commit, date, device, cap,
+    wall time and library versions; a profile without results gets one pending row.
+    Chapter: *Reproduction ledger*."""
     import pandas as pd
 
     records = []
     for p in profiles:
         folder = Path(results_dirs[p]) if results_dirs.get(p) else None
-        found = sorted(q.parent.name for q in folder.glob("*/results.json")) if folder else []
+        found = (
+            sorted(q.parent.name for q in folder.glob("*/results.json"))
+            if folder
+            else []
+        )
         if not found:
-            records.append({"profile": p, "chapter": "(all)", "scale": PENDING.get(p, "pending")})
+            records.append(
+                {"profile": p, "chapter": "(all)", "scale": PENDING.get(p, "pending")}
+            )
         for chapter in found:
             payload = read_run(folder, chapter)
             prov = (payload or {}).get("provenance", {}) or {}
@@ -465,8 +557,8 @@ def provenance_table(
 
 
 def verdict_counts(ledger: Any, profile: str) -> dict[str, int]:
-    """How many rows got each verdict at ``profile`` (pending and missing included, zeros too).
-    Chapter: *Reproduction ledger*."""
+    """How many rows got each verdict at ``profile`` (pending and missing included,
+    zeros too). Chapter: *Reproduction ledger*."""
     column = ledger[f"verdict ({profile})"]
     states = [*VERDICTS, PENDING.get(profile, f"pending a {profile} run"), MISSING]
     return {state: int((column == state).sum()) for state in states}

@@ -1,8 +1,8 @@
-"""The numbers Cirrincione (2026) reports, as stated in our sources (abstract + third-party summary).
+"""The numbers Cirrincione (2026) reports, as stated in our sources (abstract +
+third-party summary).
 
-Chapter: *Reproduction ledger* (every chapter shows them beside its own numbers). They are quoted, never used
-in a computation.
-"""
+Chapter: *Reproduction ledger* (every chapter shows them beside its own numbers). They
+are quoted, never used in a computation."""
 
 from __future__ import annotations
 
@@ -19,9 +19,15 @@ REPORTED: dict[str, tuple[float, str]] = {
         0.998,
         "stress reduction of the r = 3 encoding, synthetic corpus",
     ),
-    "synthetic_lowrank_param_saving": (0.88, "fewer parameters than a free n x d table"),
+    "synthetic_lowrank_param_saving": (
+        0.88,
+        "fewer parameters than a free n x d table",
+    ),
     "mds_violation_rate": (0.22, "monotonicity violation rate of the MDS encoding"),
-    "pretrained_violation_rate": (0.254, "monotonicity violation rate of the pre-trained model"),
+    "pretrained_violation_rate": (
+        0.254,
+        "monotonicity violation rate of the pre-trained model",
+    ),
     "chance_violation_rate": (0.5, "monotonicity violation rate by chance"),
     "bert_stress_peak_layer": (
         3,
@@ -31,7 +37,8 @@ REPORTED: dict[str, tuple[float, str]] = {
 
 
 def reported(key: str) -> float:
-    """The paper's reported value for ``key`` (see :data:`REPORTED`). Chapter: *Reproduction ledger*."""
+    """The paper's reported value for ``key`` (see :data:`REPORTED`).
+    Chapter: *Reproduction ledger*."""
     if key not in REPORTED:
         raise ValueError(f"no reported value {key!r}; known keys: {sorted(REPORTED)}")
     return REPORTED[key][0]

@@ -1,12 +1,14 @@
-"""Named parameter sets for the chapters: ``smoke`` (tests), ``default`` (the book build), ``reference``
-(what the prose interprets: committed results, about half an hour on a 2-core CPU), ``paper`` (GPU).
+"""Named parameter sets for the chapters: ``smoke`` (tests), ``default`` (the book
+build), ``reference`` (what the prose interprets: committed results, about half an
+hour on a 2-core CPU), ``paper`` (GPU).
 
-The ``paper`` profile uses the paper's model, ``bert-base-uncased`` (it needs the Hugging Face hub or a
-local copy); ``posgeom run --model ...`` replaces it, e.g. by the packaged MiniLM for a capped CPU run.
+The ``paper`` profile uses the paper's model, ``bert-base-uncased`` (it needs the
+Hugging Face hub or a local copy); ``posgeom run --model ...`` replaces it, e.g. by
+the packaged MiniLM for a capped CPU run.
 
-Chapter: *Reproduction ledger*. The ``default`` profile is each notebook's own ``parameters`` cell; the other
-profiles override some of its values through papermill.
-"""
+Chapter: *Reproduction ledger*. The ``default`` profile is each notebook's own
+``parameters`` cell; the other profiles override some of its values through
+papermill."""
 
 from __future__ import annotations
 
@@ -77,8 +79,8 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def chapter_parameters(chapter: str, profile: str = "default") -> dict[str, Any]:
-    """The papermill parameters of ``chapter`` under ``profile`` (always including ``profile``).
-    Chapter: *Reproduction ledger*."""
+    """The papermill parameters of ``chapter`` under ``profile`` (always including
+    ``profile``). Chapter: *Reproduction ledger*."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
     chapters = PROFILES[profile]

@@ -1,15 +1,18 @@
-"""Committed results of a larger profile, shown beside the numbers a chapter computes at build time.
+"""Committed results of a larger profile, shown beside the numbers a chapter computes at
+build time.
 
-Chapter: *Reproduction ledger* (each chapter's last section, At reference scale, shows these tables).
+Chapter: *Reproduction ledger* (each chapter's last section, At reference scale, shows
+these tables).
 
-The book build executes each chapter at the ``default`` profile, within a CPU budget, to demonstrate the
-code. The conclusions rest on the ``reference`` profile (``posgeom run --profile reference``, 23
-minutes on a 2-core CPU with 2 Dask workers), whose ``results.json`` files are committed under ``book/results/reference``
-and tested to be fresh (same chapter and science code, see
-:func:`posgeom_utils.repro.runner.stale_results`). :func:`scale_table` reads them and shows, for a list of
-glued keys, the build-time value beside the reference value, with intervals and, where a null value is
-given (chance, zero), whether the interval excludes it.
-"""
+The book build executes each chapter at the ``default`` profile, within a CPU budget, to
+demonstrate the code. The conclusions rest on the ``reference`` profile (``posgeom run
+--profile reference``, 23 minutes on a 2-core CPU with 2 Dask workers), whose
+``results.json`` files are committed under ``book/results/reference`` and tested to be
+fresh (same chapter and science code, see
+:func:`posgeom_utils.repro.runner.stale_results`). :func:`scale_table` reads them and
+shows, for a list of glued keys, the build-time value beside the reference value, with
+intervals and, where a null value is given (chance, zero), whether the interval excludes
+it."""
 
 from __future__ import annotations
 
@@ -31,10 +34,10 @@ ABOVE, BELOW, NOT_DISTINGUISHABLE = "above", "below", "not distinguishable from"
 
 @dataclass(frozen=True)
 class Row:
-    """One quantity of a :func:`scale_table`: the glued ``key``, optionally the key of its 95% half-width
-    ``ci`` or of its interval's bounds ``low`` and ``high``, how to print it (``fmt``), and a ``null`` value
-    (0.5 for chance, 0 for no difference) that the interval is compared with.
-    Chapter: *Reproduction ledger*."""
+    """One quantity of a :func:`scale_table`: the glued ``key``, optionally the key of
+    its 95% half-width ``ci`` or of its interval's bounds ``low`` and ``high``, how to
+    print it (``fmt``), and a ``null`` value (0.5 for chance, 0 for no difference) that
+    the interval is compared with. Chapter: *Reproduction ledger*."""
 
     key: str
     label: str
@@ -48,8 +51,9 @@ class Row:
 def committed(
     chapter: str, profile: str = "reference", root: Path = RESULTS_ROOT
 ) -> dict[str, Any] | None:
-    """The committed ``results.json`` of ``chapter`` at ``profile`` (``{"results", "provenance", ...}``),
-    or None when there is none. Chapter: *Reproduction ledger*."""
+    """The committed ``results.json`` of ``chapter`` at ``profile`` (``{"results",
+    "provenance", ...}``), or None when there is none. Chapter: *Reproduction
+    ledger*."""
     import json
 
     path = Path(root) / profile / chapter / "results.json"
@@ -65,9 +69,9 @@ def _number(value: Any) -> float | None:
 
 
 def interval_verdict(low: float | None, high: float | None, null: float) -> str:
-    """``"above 0.5"``, ``"below 0.5"`` or ``"not distinguishable from 0.5"``: where the interval
-    ``[low, high]`` lies relative to ``null`` (no interval: not distinguishable).
-    Chapter: *Reproduction ledger*."""
+    """``"above 0.5"``, ``"below 0.5"`` or ``"not distinguishable from 0.5"``: where the
+    interval ``[low, high]`` lies relative to ``null`` (no interval: not
+    distinguishable). Chapter: *Reproduction ledger*."""
     shown = f"{null:g}"
     if low is None or high is None:
         return f"{NOT_DISTINGUISHABLE} {shown}"
@@ -126,10 +130,11 @@ def scale_table(
     root: Path = RESULTS_ROOT,
     glue_prefix: str = "ref_",
 ) -> "pd.DataFrame":
-    """A table of ``rows``: the value glued in this build beside the committed ``profile`` value, each
-    with its interval and, for rows with a ``null``, whether the interval excludes it. The reference
-    values and verdicts are also glued as text (``ref_<key>``, ``ref_<key>_verdict``; display only, not
-    recorded in this build's results), with ``ref_provenance`` (commit, date, wall time, device) and
+    """A table of ``rows``: the value glued in this build beside the committed
+    ``profile`` value, each with its interval and, for rows with a ``null``, whether the
+    interval excludes it. The reference values and verdicts are also glued as text
+    (``ref_<key>``, ``ref_<key>_verdict``; display only, not recorded in this build's
+    results), with ``ref_provenance`` (commit, date, wall time, device) and
     ``ref_status`` ("fresh" or why not). Chapter: *Reproduction ledger*."""
     import pandas as pd
 
@@ -138,10 +143,8 @@ def scale_table(
     payload = committed(chapter, profile, root)
     here = build_results()
     reference = (payload or {}).get("results", {})
-    status = (
-        "missing: run `posgeom run --profile {0} --chapters {1} --out book/results/{0}`".format(
-            profile, chapter
-        )
+    status = "missing: run `posgeom run --profile {0} --chapters {1} --out book/results/{0}`".format(
+        profile, chapter
     )
     if payload is not None:
         stale = stale_results(Path(root) / profile)
@@ -164,12 +167,15 @@ def scale_table(
         _glue_text(f"{glue_prefix}{row.key}", ref_text)
         _glue_text(f"{glue_prefix}{row.key}_verdict", ref_verdict or "no verdict")
     _glue_text(
-        f"{glue_prefix}provenance", _provenance_text(payload) if payload is not None else "none"
+        f"{glue_prefix}provenance",
+        _provenance_text(payload) if payload is not None else "none",
     )
     _glue_text(f"{glue_prefix}status", status)
     frame = pd.DataFrame(table).set_index("quantity")
     if not any(row.null is not None for row in rows):
-        frame = frame.drop(columns=["this build: 95% interval", f"{profile}: 95% interval"])
+        frame = frame.drop(
+            columns=["this build: 95% interval", f"{profile}: 95% interval"]
+        )
     return frame
 
 

@@ -1,10 +1,10 @@
-"""Numbers that the prose quotes: glued into the page (MyST-NB) and recorded for ``results.json``.
+"""Numbers that the prose quotes: glued into the page (MyST-NB) and recorded for
+``results.json``.
 
-Chapter: *Reproduction ledger*. A chapter makes one call, :func:`show_parameters`, in the cell after its
-``parameters`` cell: it shows the parameters the chapter runs with and, under ``posgeom run``, saves the
-parameters and every glued number to ``$POSGEOM_RESULTS_FILE`` after each cell (atomically), so no closing
-cell is needed.
-"""
+Chapter: *Reproduction ledger*. A chapter makes one call, :func:`show_parameters`, in
+the cell after its ``parameters`` cell: it shows the parameters the chapter runs with
+and, under ``posgeom run``, saves the parameters and every glued number to
+``$POSGEOM_RESULTS_FILE`` after each cell (atomically), so no closing cell is needed."""
 
 from __future__ import annotations
 
@@ -29,20 +29,25 @@ _RUN: dict[str, Any] = {"chapter": None, "parameters": {}, "saving": False}
 
 
 def _plain(value: Any) -> Any:
-    """``value`` as JSON-ready Python: NumPy scalars and arrays become numbers and lists."""
+    """``value`` as JSON-ready Python: NumPy scalars and arrays become numbers and
+    lists."""
     if isinstance(value, (np.generic, np.ndarray)):
         return value.tolist()
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
-    return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
+    return (
+        value
+        if isinstance(value, (str, int, float, bool)) or value is None
+        else str(value)
+    )
 
 
 def glue(key: str, value: Any) -> None:
-    """Glue ``value`` under ``key`` for the page (no display) and record it for ``results.json``.
-    NumPy scalars become Python numbers, so ``{glue:text}`key:.3f``` formats them. Chapter: *Reproduction
-    ledger*."""
+    """Glue ``value`` under ``key`` for the page (no display) and record it for
+    ``results.json``. NumPy scalars become Python numbers, so ``{glue:text}`key:.3f```
+    formats them. Chapter: *Reproduction ledger*."""
     value = value.item() if isinstance(value, np.generic) else value
     value = value.tolist() if isinstance(value, np.ndarray) else value
     _RESULTS[key] = value
@@ -52,8 +57,9 @@ def glue(key: str, value: Any) -> None:
 
 
 def glue_interval(key: str, mean: float, half_width: float) -> None:
-    """Glue an estimate and its interval: ``key`` (the estimate), ``key_hw`` (the half-width) and
-    ``key_low``/``key_high`` (the ends). Chapter: *Reproduction ledger*."""
+    """Glue an estimate and its interval: ``key`` (the estimate), ``key_hw`` (the
+    half-width) and ``key_low``/``key_high`` (the ends). Chapter: *Reproduction
+    ledger*."""
     glue(key, mean)
     glue(f"{key}_hw", half_width)
     glue(f"{key}_low", mean - half_width)
@@ -61,15 +67,19 @@ def glue_interval(key: str, mean: float, half_width: float) -> None:
 
 
 def results() -> dict[str, Any]:
-    """Everything glued so far in this kernel (a copy). Chapter: *Reproduction ledger*."""
+    """Everything glued so far in this kernel (a copy). Chapter: *Reproduction
+    ledger*."""
     return dict(_RESULTS)
 
 
 def _assignments(source: str) -> dict[str, str]:
-    """``{name: comment}`` for the top-level assignments of a cell (comment: the ``# ...`` after it)."""
+    """``{name: comment}`` for the top-level assignments of a cell (comment: the ``#
+    ...`` after it)."""
     lines = source.splitlines()
     try:
-        body = ast.parse("\n".join(l for l in lines if not l.lstrip().startswith(("%", "!")))).body
+        body = ast.parse(
+            "\n".join(l for l in lines if not l.lstrip().startswith(("%", "!")))
+        ).body
     except SyntaxError:
         return {}
     found = {}
@@ -81,8 +91,9 @@ def _assignments(source: str) -> dict[str, str]:
 
 
 class ParametersTable:
-    """The parameters a chapter ran with: one collapsed block (HTML ``<details>``) in the book, plain text
-    elsewhere. ``frame`` holds the table (parameter, value, meaning). Chapter: *Reproduction ledger*."""
+    """The parameters a chapter ran with: one collapsed block (HTML ``<details>``) in
+    the book, plain text elsewhere. ``frame`` holds the table (parameter, value,
+    meaning). Chapter: *Reproduction ledger*."""
 
     def __init__(self, chapter: str, frame: Any) -> None:
         self.chapter, self.frame = chapter, frame
@@ -99,10 +110,11 @@ class ParametersTable:
 
 
 def show_parameters(chapter: str, namespace: Mapping[str, Any]) -> ParametersTable:
-    """The "Parameters of this run" block of ``chapter``: every name assigned in the cells run before this
-    one (the ``parameters`` cell and papermill's injected cell), its value, the device actually used and the
-    meaning the ``parameters`` cell's comments give it. Under ``posgeom run`` it also starts saving the
-    results after every cell. Chapter: *Reproduction ledger*."""
+    """The "Parameters of this run" block of ``chapter``: every name assigned in the
+    cells run before this one (the ``parameters`` cell and papermill's injected cell),
+    its value, the device actually used and the meaning the ``parameters`` cell's
+    comments give it. Under ``posgeom run`` it also starts saving the results after
+    every cell. Chapter: *Reproduction ledger*."""
     import pandas as pd
 
     comments: dict[str, str] = {}
@@ -133,7 +145,8 @@ def show_parameters(chapter: str, namespace: Mapping[str, Any]) -> ParametersTab
 
 
 def _start_saving() -> None:
-    """Under ``posgeom run``: save the results after every cell from now on (once per kernel)."""
+    """Under ``posgeom run``: save the results after every cell from now on (once per
+    kernel)."""
     if _RUN["saving"] or not os.environ.get(RESULTS_ENV):
         return
     from IPython import get_ipython
@@ -146,15 +159,17 @@ def _start_saving() -> None:
 
 
 def checkpoint_dir(name: str) -> str | None:
-    """Where the training run ``name`` keeps its checkpoints during ``posgeom run`` (``None`` otherwise, so
-    the book build never writes checkpoints). Chapter: *Reproduction ledger*."""
+    """Where the training run ``name`` keeps its checkpoints during ``posgeom run``
+    (``None`` otherwise, so the book build never writes checkpoints).
+    Chapter: *Reproduction ledger*."""
     root = os.environ.get(CHECKPOINT_ENV)
     return str(Path(root) / name) if root else None
 
 
 def save_results(path: str | os.PathLike | None = None) -> Path | None:
-    """Write the chapter's parameters and every glued number as JSON to ``path`` (default:
-    ``$POSGEOM_RESULTS_FILE``; nothing when neither is set). Chapter: *Reproduction ledger*."""
+    """Write the chapter's parameters and every glued number as JSON to ``path``
+    (default: ``$POSGEOM_RESULTS_FILE``; nothing when neither is set).
+    Chapter: *Reproduction ledger*."""
     target = path or os.environ.get(RESULTS_ENV)
     if not target:
         return None

@@ -1,14 +1,17 @@
-"""``posgeom run``: re-execute chapters through papermill under a profile and keep their results with provenance.
+"""``posgeom run``: re-execute chapters through papermill under a profile and keep their
+results with provenance.
 
-Chapter: *Reproduction ledger*. Each chapter gets a folder ``<out>/<chapter>/`` with the executed notebook,
-``results.json`` (``chapter``, ``parameters``, ``results``: every glued number, and ``provenance``), on failure
-``failed.json`` (removed by a later success), and ``checkpoints/`` (resumable training runs, kept between
-attempts of the same run). A chapter whose ``results.json`` has the same profile, requested parameters,
-package version and code hash (:func:`~posgeom_utils.repro.sources.code_hash`) is skipped; the git commit is
-recorded, not compared. Where the independent training runs execute (``executor``, ``workers``,
-``scheduler``) reaches the chapters as ``POSGEOM_EXECUTOR`` / ``POSGEOM_WORKERS`` / ``POSGEOM_SCHEDULER`` and is
-recorded as ``execution``; it is not part of the skip key, since every executor gives the same results.
-"""
+Chapter: *Reproduction ledger*. Each chapter gets a folder ``<out>/<chapter>/`` with the
+executed notebook, ``results.json`` (``chapter``, ``parameters``, ``results``: every
+glued number, and ``provenance``), on failure ``failed.json`` (removed by a later
+success), and ``checkpoints/`` (resumable training runs, kept between attempts of the
+same run). A chapter whose ``results.json`` has the same profile, requested parameters,
+package version and code hash (:func:`~posgeom_utils.repro.sources.code_hash`) is
+skipped; the git commit is recorded, not compared. Where the independent training runs
+execute (``executor``, ``workers``, ``scheduler``) reaches the chapters as
+``POSGEOM_EXECUTOR`` / ``POSGEOM_WORKERS`` / ``POSGEOM_SCHEDULER`` and is recorded as
+``execution``; it is not part of the skip key, since every executor gives the same
+results."""
 
 from __future__ import annotations
 
@@ -48,13 +51,15 @@ LIBRARIES = tuple(
 #: provenance fields that must match to skip a chapter, or to resume from its checkpoints
 SKIP_KEYS = ("profile", "requested_parameters", "package_version", "code_hash")
 #: where independent training runs execute: environment variables read by ``scale.sweeps.run_sweep``
-EXECUTION_ENV = {name: f"POSGEOM_{name.upper()}" for name in ("executor", "workers", "scheduler")}
+EXECUTION_ENV = {
+    name: f"POSGEOM_{name.upper()}" for name in ("executor", "workers", "scheduler")
+}
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 class RunError(ValueError):
-    """A bad request to :func:`run_chapters` (nothing has run yet); ``argument`` names the CLI option.
-    Chapter: *Reproduction ledger*."""
+    """A bad request to :func:`run_chapters` (nothing has run yet); ``argument`` names
+    the CLI option. Chapter: *Reproduction ledger*."""
 
     def __init__(self, argument: str, message: str) -> None:
         super().__init__(message)
@@ -63,8 +68,8 @@ class RunError(ValueError):
 
 @dataclass
 class RunSummary:
-    """What :func:`run_chapters` did: chapters ran, skipped (results current) and failed, with wall times.
-    Chapter: *Reproduction ledger*."""
+    """What :func:`run_chapters` did: chapters ran, skipped (results current) and
+    failed, with wall times. Chapter: *Reproduction ledger*."""
 
     out: Path
     profile: str
@@ -80,7 +85,9 @@ class RunSummary:
 
     def __str__(self) -> str:
         failed = (
-            f" (failed: {', '.join(self.failed)}; see <chapter>/failed.json)" if self.failed else ""
+            f" (failed: {', '.join(self.failed)}; see <chapter>/failed.json)"
+            if self.failed
+            else ""
         )
         return (
             f"{len(self.ran)} ran, {len(self.skipped)} skipped, {len(self.failed)} failed in "
@@ -94,7 +101,8 @@ def default_source_dir() -> Path:
 
 
 def available_chapters(source_dir: Path) -> list[str]:
-    """The chapters in ``source_dir``: every ``*.md`` with a jupytext header. Chapter: *Reproduction ledger*."""
+    """The chapters in ``source_dir``: every ``*.md`` with a jupytext header.
+    Chapter: *Reproduction ledger*."""
 
     def is_notebook(path: Path) -> bool:
         head = path.read_text(encoding="utf-8", errors="replace")[:2000]
@@ -104,12 +112,16 @@ def available_chapters(source_dir: Path) -> list[str]:
 
 
 def declared_parameters(nb: Any) -> dict[str, Any]:
-    """The names and literal defaults of the notebook's ``parameters`` cell (``...`` where not a literal).
-    Chapter: *Reproduction ledger*."""
+    """The names and literal defaults of the notebook's ``parameters`` cell (``...``
+    where not a literal). Chapter: *Reproduction ledger*."""
     for cell in nb.cells:
-        if cell.cell_type == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
+        if cell.cell_type == "code" and "parameters" in cell.get("metadata", {}).get(
+            "tags", []
+        ):
             source = "\n".join(
-                l for l in cell.source.splitlines() if not l.lstrip().startswith(("%", "!"))
+                l
+                for l in cell.source.splitlines()
+                if not l.lstrip().startswith(("%", "!"))
             )
             declared: dict[str, Any] = {}
             for node in ast.parse(source).body:
@@ -131,8 +143,9 @@ def requested_parameters(
     cap: int | None = None,
     model: str | None = None,
 ) -> dict[str, Any]:
-    """The parameters injected into ``chapter``: the profile's, ``device`` and ``model`` (as ``model_name``)
-    where declared, and every size parameter bounded by ``cap``. Chapter: *Reproduction ledger*."""
+    """The parameters injected into ``chapter``: the profile's, ``device`` and ``model``
+    (as ``model_name``) where declared, and every size parameter bounded by ``cap``.
+    Chapter: *Reproduction ledger*."""
     params = (
         chapter_parameters(chapter, profile)
         if chapter in PROFILES[profile]
@@ -150,7 +163,8 @@ def requested_parameters(
 
 
 def _option(option: str, check: Callable[..., Any], value: Any, *args: Any) -> None:
-    """Check a ``posgeom run`` option that was given; a bad value is a :class:`RunError` naming it."""
+    """Check a ``posgeom run`` option that was given; a bad value is a :class:`RunError`
+    naming it."""
     try:
         if value is not None:
             check(value, option, *args)
@@ -158,7 +172,9 @@ def _option(option: str, check: Callable[..., Any], value: Any, *args: Any) -> N
         raise RunError(option, str(exc)) from None
 
 
-def _check_request(profile: str, cap: Any, executor: Any, workers: Any, scheduler: Any) -> None:
+def _check_request(
+    profile: str, cap: Any, executor: Any, workers: Any, scheduler: Any
+) -> None:
     _option("--profile", checks.choice, profile, sorted(PROFILES))
     _option("--cap", checks.integer, cap, 1, None, "pass e.g. --cap 2000")
     _option("--executor", checks.choice, executor, ("serial", "dask"))
@@ -170,10 +186,14 @@ def _check_request(profile: str, cap: Any, executor: Any, workers: Any, schedule
         )
     for name, value in (("--workers", workers), ("--scheduler", scheduler)):
         if value is not None and executor != "dask":
-            raise RunError(name, "is used only by the Dask executor: add --executor dask")
+            raise RunError(
+                name, "is used only by the Dask executor: add --executor dask"
+            )
 
 
-def _chapters(source_dir: Path | None, chapters: list[str] | None) -> tuple[Path, list[str]]:
+def _chapters(
+    source_dir: Path | None, chapters: list[str] | None
+) -> tuple[Path, list[str]]:
     source_dir = Path(source_dir) if source_dir is not None else default_source_dir()
     if not source_dir.is_dir():
         raise RunError(
@@ -187,11 +207,14 @@ def _chapters(source_dir: Path | None, chapters: list[str] | None) -> tuple[Path
             "--source-dir",
             f"{str(source_dir)!r} holds no MyST notebook (*.md with a jupytext header): pass --source-dir DIR",
         )
-    chapters = [c.removesuffix(".md") for c in (valid if chapters is None else chapters)]
+    chapters = [
+        c.removesuffix(".md") for c in (valid if chapters is None else chapters)
+    ]
     unknown = [c for c in chapters if c not in valid]
     if unknown:
         raise RunError(
-            "--chapters", f"unknown chapter(s) {', '.join(unknown)}: choose from {', '.join(valid)}"
+            "--chapters",
+            f"unknown chapter(s) {', '.join(unknown)}: choose from {', '.join(valid)}",
         )
     return source_dir, list(dict.fromkeys(chapters))
 
@@ -216,13 +239,16 @@ def _device(device: str | None, profile: str, cap: int | None) -> str:
 
 
 def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the checkout holding the package; ``(None, None)`` outside git.
-    Chapter: *Reproduction ledger*."""
+    """(commit, dirty) of the checkout holding the package; ``(None, None)`` outside
+    git. Chapter: *Reproduction ledger*."""
 
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(
-                ["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=30
+                ["git", "-C", str(REPO_ROOT), *args],
+                capture_output=True,
+                text=True,
+                timeout=30,
             )
         except (OSError, subprocess.SubprocessError):
             return None
@@ -234,7 +260,8 @@ def git_state() -> tuple[str | None, bool | None]:
 
 
 def library_versions() -> dict[str, str | None]:
-    """Python and the :data:`LIBRARIES` versions (``None`` when not installed). Chapter: *Reproduction ledger*."""
+    """Python and the :data:`LIBRARIES` versions (``None`` when not installed).
+    Chapter: *Reproduction ledger*."""
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for name in LIBRARIES:
         try:
@@ -271,7 +298,9 @@ def _plan(
             f"{chapter}: its parameters cell is not valid Python ({exc}); fix {source} or leave the chapter out",
         ) from exc
     params = json.loads(
-        json.dumps(requested_parameters(chapter, profile, declared, **options), default=str)
+        json.dumps(
+            requested_parameters(chapter, profile, declared, **options), default=str
+        )
     )
     identity = {
         "profile": profile,
@@ -311,36 +340,36 @@ def run_chapters(
     workers: int | None = None,
     scheduler: str | None = None,
 ) -> RunSummary:
-    """Execute ``chapters`` (default: all in ``source_dir``) under ``profile`` into ``out`` (default
-    ``runs/<profile>-<date>/``), writing each one's ``results.json`` with provenance; chapters whose results
-    are current are skipped unless ``force``, and a failing chapter does not stop the others. Bad requests
-    raise :class:`RunError` before anything runs. Chapter: *Reproduction ledger*."""
+    """Execute ``chapters`` (default: all in ``source_dir``) under ``profile`` into
+    ``out`` (default ``runs/<profile>-<date>/``), writing each one's ``results.json``
+    with provenance; chapters whose results are current are skipped unless ``force``,
+    and a failing chapter does not stop the others. Bad requests raise :class:`RunError`
+    before anything runs. Chapter: *Reproduction ledger*."""
     _check_request(profile, cap, executor, workers, scheduler)
     source_dir, chapters = _chapters(source_dir, chapters)
     where = _device(device, profile, cap)
-    out = (
-        Path(out)
-        if out is not None
-        else Path.cwd() / "runs" / f"{profile}-{date.today().isoformat()}"
-    )
+    default_out = Path.cwd() / "runs" / f"{profile}-{date.today().isoformat()}"
+    out = Path(out) if out is not None else default_out
     import papermill  # noqa: F401 - fail before any chapter when papermill is missing
 
     options = {"device": device, "cap": cap, "model": model}
     plans = [_plan(chapter, source_dir, out, profile, options) for chapter in chapters]
-    execution = {
-        k: v for k, v in zip(EXECUTION_ENV, (executor, workers, scheduler)) if v is not None
-    }
+    execution = dict(zip(EXECUTION_ENV, (executor, workers, scheduler)))
+    execution = {k: v for k, v in execution.items() if v is not None}
     common = _common(where, cap, execution)
     summary = RunSummary(out=out, profile=profile)
+    settings = (("cap", cap), *execution.items())
+    extra = "".join(f", {k} {v}" for k, v in settings if v is not None)
     log(
-        f"posgeom run: profile {profile}, {len(plans)} chapter(s), device {where}"
-        + "".join(f", {k} {v}" for k, v in (("cap", cap), *execution.items()) if v is not None)
-        + f" -> {out}"
+        f"posgeom run: profile {profile}, {len(plans)} chapter(s), device {where}{extra}"
+        f" -> {out}"
     )
     for k, plan in enumerate(plans, 1):
         prefix = f"[{k}/{len(plans)}] {plan.chapter}:"
         previous = (read_json(plan.folder / "results.json") or {}).get("provenance", {})
-        if not force and all(previous.get(key) == plan.identity[key] for key in SKIP_KEYS):
+        if not force and all(
+            previous.get(key) == plan.identity[key] for key in SKIP_KEYS
+        ):
             summary.skipped.append(plan.chapter)
             summary.seconds[plan.chapter] = 0.0
             log(f"{prefix} skipped (current)")
@@ -348,18 +377,18 @@ def run_chapters(
         ok, seconds, message = _run_one(plan, force, common)
         summary.seconds[plan.chapter] = seconds
         (summary.ran if ok else summary.failed).append(plan.chapter)
-        log(
-            f"{prefix} ran in {seconds:.1f} s"
-            if ok
-            else f"{prefix} FAILED after {seconds:.1f} s: {message} (see {plan.folder / 'failed.json'})"
+        failed = (
+            f"FAILED after {seconds:.1f} s: {message} (see {plan.folder}/failed.json)"
         )
+        log(f"{prefix} ran in {seconds:.1f} s" if ok else f"{prefix} {failed}")
     log(f"posgeom run: {summary}")
     return summary
 
 
 def stale_results(results_dir: Path, source_dir: Path | None = None) -> dict[str, str]:
-    """``{chapter: why}`` for every ``<results_dir>/<chapter>/results.json`` whose code hash differs from the
-    current chapter's, or whose chapter is gone; empty when all are fresh. Chapter: *Reproduction ledger*."""
+    """``{chapter: why}`` for every ``<results_dir>/<chapter>/results.json`` whose code
+    hash differs from the current chapter's, or whose chapter is gone; empty when all
+    are fresh. Chapter: *Reproduction ledger*."""
     source_dir = Path(source_dir) if source_dir is not None else default_source_dir()
     stale: dict[str, str] = {}
     for path in sorted(Path(results_dir).glob("*/results.json")):
@@ -376,8 +405,12 @@ def stale_results(results_dir: Path, source_dir: Path | None = None) -> dict[str
 
 
 def _prepare_checkpoints(plan: _Plan, force: bool) -> Path:
-    """The chapter's checkpoint folder: kept when it belongs to an earlier attempt of this very run."""
-    folder, current = plan.folder / "checkpoints", {k: plan.identity[k] for k in SKIP_KEYS}
+    """The chapter's checkpoint folder: kept when it belongs to an earlier attempt of
+    this very run."""
+    folder, current = (
+        plan.folder / "checkpoints",
+        {k: plan.identity[k] for k in SKIP_KEYS},
+    )
     owner = read_json(folder / "run.json")
     if folder.exists() and (
         force or owner is None or {k: owner.get(k) for k in SKIP_KEYS} != current
@@ -399,7 +432,9 @@ def _error_record(exc: BaseException) -> dict[str, Any]:
             "cell_index": exc.cell_index,
             "traceback": _ANSI.sub("", "\n".join(exc.traceback)).splitlines()[-20:],
         }
-    lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).splitlines()
+    lines = "".join(
+        traceback.format_exception(type(exc), exc, exc.__traceback__)
+    ).splitlines()
     return {"error": type(exc).__name__, "message": str(exc), "traceback": lines[-20:]}
 
 
@@ -407,8 +442,11 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _execute(plan: _Plan, force: bool, common: dict[str, Any], partial: Path) -> dict[str, Any]:
-    """Execute the chapter with its environment; return what it saved (its parameters and results)."""
+def _execute(
+    plan: _Plan, force: bool, common: dict[str, Any], partial: Path
+) -> dict[str, Any]:
+    """Execute the chapter with its environment; return what it saved (its parameters
+    and results)."""
     import papermill
 
     env = {
@@ -434,9 +472,11 @@ def _execute(plan: _Plan, force: bool, common: dict[str, Any], partial: Path) ->
     return payload
 
 
-def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, float, str]:
-    """Execute one chapter and write its ``results.json`` (or ``failed.json``); returns (succeeded, wall
-    seconds, the error in one line)."""
+def _run_one(
+    plan: _Plan, force: bool, common: dict[str, Any]
+) -> tuple[bool, float, str]:
+    """Execute one chapter and write its ``results.json`` (or ``failed.json``); returns
+    (succeeded, wall seconds, the error in one line)."""
     plan.folder.mkdir(parents=True, exist_ok=True)
     partial, failed = plan.folder / "results.partial.json", plan.folder / "failed.json"
     partial.unlink(missing_ok=True)
@@ -462,7 +502,8 @@ def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, fl
         )
         failed.unlink(missing_ok=True)
         return True, seconds, ""
-    except Exception as exc:  # noqa: BLE001 - one chapter's failure is recorded, the others still run
+    # noqa: BLE001 - one chapter's failure is recorded, the others still run
+    except Exception as exc:
         seconds = time.perf_counter() - t0
         record = {
             "chapter": plan.chapter,
@@ -474,6 +515,10 @@ def _run_one(plan: _Plan, force: bool, common: dict[str, Any]) -> tuple[bool, fl
             "notebook": str(plan.folder / f"{plan.chapter}.ipynb"),
         }
         write_json(failed, record)
-        return False, seconds, f"{record['error']}: {' '.join(record['message'].split())[:200]}"
+        return (
+            False,
+            seconds,
+            f"{record['error']}: {' '.join(record['message'].split())[:200]}",
+        )
     finally:
         partial.unlink(missing_ok=True)

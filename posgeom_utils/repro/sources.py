@@ -1,13 +1,15 @@
-"""What a chapter's numbers depend on: its code cells, the package code they import, the pinned environment.
+"""What a chapter's numbers depend on: its code cells, the package code they import, the
+pinned environment.
 
-Chapter: *Reproduction ledger*. Code is compared as normalised source: parsed, docstrings removed and printed
-back (``ast.unparse``), so comments, docstrings and formatting cannot change a hash. A module counts by its
-top-level definitions, sorted, without its imports and ``__all__``: moving a function between two modules the
-chapter imports keeps the hash, and any change of behaviour (a constant, an operation) changes it.
+Chapter: *Reproduction ledger*. Code is compared as normalised source: parsed,
+docstrings removed and printed back (``ast.unparse``), so comments, docstrings and
+formatting cannot change a hash. A module counts by its top-level definitions, sorted,
+without its imports and ``__all__``: moving a function between two modules the chapter
+imports keeps the hash, and any change of behaviour (a constant, an operation) changes
+it.
 
-``python -m posgeom_utils.repro.sources`` prints :func:`package_hash` (``scripts/build_book.sh`` clears the
-execution cache when it changes).
-"""
+``python -m posgeom_utils.repro.sources`` prints :func:`package_hash`
+(``scripts/build_book.sh`` clears the execution cache when it changes)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,9 @@ def _strip(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (
-            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            isinstance(
+                node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+            )
             and body
         ):
             first = body[0]
@@ -47,25 +51,34 @@ def _strip(tree: ast.AST) -> ast.AST:
 
 
 def _code(source: str) -> ast.Module:
-    """Python source (IPython magics and shell lines dropped) parsed, without docstrings."""
-    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    """Python source (IPython magics and shell lines dropped) parsed, without
+    docstrings."""
+    lines = [
+        line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))
+    ]
     return _strip(ast.parse("\n".join(lines)))
 
 
 def _is_definition(node: ast.stmt) -> bool:
-    """A statement that defines behaviour: not an import, ``__all__``, a ``TYPE_CHECKING`` block or a string."""
+    """A statement that defines behaviour: not an import, ``__all__``, a
+    ``TYPE_CHECKING`` block or a string."""
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         return False
     if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
         return False
-    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    targets = (
+        node.targets
+        if isinstance(node, ast.Assign)
+        else [getattr(node, "target", None)]
+    )
     if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
         return False
     return not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
 
 
 def _module_file(name: str, root: Path) -> Path | None:
-    """The file of the package module ``name`` (``posgeom_utils.x.y``) under ``root``, if there is one."""
+    """The file of the package module ``name`` (``posgeom_utils.x.y``) under ``root``,
+    if there is one."""
     parts = name.split(".")
     if parts[0] != PACKAGE:
         return None
@@ -77,14 +90,17 @@ def _module_file(name: str, root: Path) -> Path | None:
 
 
 def _imports(tree: ast.AST, module: str, is_package: bool, root: Path) -> set[str]:
-    """The package modules ``tree`` imports (absolutely or relatively), parents and submodules included."""
+    """The package modules ``tree`` imports (absolutely or relatively), parents and
+    submodules included."""
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                parts = module.split(".")[: len(module.split(".")) - node.level + is_package]
+                parts = module.split(".")[
+                    : len(module.split(".")) - node.level + is_package
+                ]
                 base = ".".join(parts + ([node.module] if node.module else []))
             else:
                 base = node.module or ""
@@ -102,9 +118,13 @@ def _imports(tree: ast.AST, module: str, is_package: bool, root: Path) -> set[st
 
 
 def imported_modules(trees: list[ast.AST], root: Path = REPO_ROOT) -> list[str]:
-    """Every package module that code ``trees`` import, directly or through other package modules.
-    Chapter: *Reproduction ledger*."""
-    todo = set().union(*(_imports(t, "__main__", False, root) for t in trees)) if trees else set()
+    """Every package module that code ``trees`` import, directly or through other
+    package modules. Chapter: *Reproduction ledger*."""
+    todo = (
+        set().union(*(_imports(t, "__main__", False, root) for t in trees))
+        if trees
+        else set()
+    )
     seen: set[str] = set()
     while todo:
         name = todo.pop()
@@ -125,11 +145,13 @@ def _definitions(names: list[str], root: Path) -> list[str]:
 
 
 def environment(root: Path = REPO_ROOT) -> list[str]:
-    """The pinned requirements (``requirements.txt`` without comments, sorted; empty when installed).
-    Chapter: *Reproduction ledger*."""
+    """The pinned requirements (``requirements.txt`` without comments, sorted; empty
+    when installed). Chapter: *Reproduction ledger*."""
     path = Path(root) / "requirements.txt"
     lines = path.read_text().splitlines() if path.is_file() else []
-    return sorted(line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip())
+    return sorted(
+        line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()
+    )
 
 
 def _digest(payload: object) -> str:
@@ -137,7 +159,8 @@ def _digest(payload: object) -> str:
 
 
 def chapter_cells(source: Path) -> list[ast.Module]:
-    """The code cells of a MyST chapter, parsed and normalised. Chapter: *Reproduction ledger*."""
+    """The code cells of a MyST chapter, parsed and normalised. Chapter: *Reproduction
+    ledger*."""
     import jupytext
 
     notebook = jupytext.read(Path(source))
@@ -145,8 +168,9 @@ def chapter_cells(source: Path) -> list[ast.Module]:
 
 
 def code_hash(source: Path, root: Path = REPO_ROOT) -> str:
-    """sha256 of what can change the numbers of the chapter ``source``: its code cells, the definitions of the
-    package modules they import and the pinned environment. Chapter: *Reproduction ledger*."""
+    """sha256 of what can change the numbers of the chapter ``source``: its code cells,
+    the definitions of the package modules they import and the pinned environment.
+    Chapter: *Reproduction ledger*."""
     cells = chapter_cells(source)
     return _digest(
         {
@@ -158,15 +182,20 @@ def code_hash(source: Path, root: Path = REPO_ROOT) -> str:
 
 
 def package_hash(root: Path = REPO_ROOT) -> str:
-    """sha256 of the normalised definitions of every package module and the pinned environment.
-    Chapter: *Reproduction ledger*."""
+    """sha256 of the normalised definitions of every package module and the pinned
+    environment. Chapter: *Reproduction ledger*."""
     modules = sorted(
-        ".".join(p.relative_to(Path(root)).with_suffix("").parts).removesuffix(".__init__")
+        ".".join(p.relative_to(Path(root)).with_suffix("").parts).removesuffix(
+            ".__init__"
+        )
         for p in (Path(root) / PACKAGE).rglob("*.py")
     )
     modules = [m for m in modules if not m.startswith(MACHINERY) or m in COUNTED]
     return _digest(
-        {"definitions": _definitions(modules, Path(root)), "environment": environment(root)}
+        {
+            "definitions": _definitions(modules, Path(root)),
+            "environment": environment(root),
+        }
     )
 
 

@@ -1,13 +1,14 @@
-"""Positional counts of a sharded corpus: each shard counted by the streaming counter, the sparse
-counts summed by a tree reduction on Dask.
+"""Positional counts of a sharded corpus: each shard counted by the streaming counter,
+the sparse counts summed by a tree reduction on Dask.
 
-Chapter: *Beyond one machine*. Shards are files (local paths or fsspec URLs; ``.txt`` one text a
-line, ``.jsonl`` one JSON object a line, GLUE-style ``.tsv``; compression inferred from the name) or
-the shards of a Hugging Face dataset in streaming mode. Each is counted by
-:func:`posgeom_utils.marginals.count_batches`, reading its texts in batches; counts are integers and
-:meth:`~posgeom_utils.marginals.PositionalMarginals.merge` adds them, so the merged count equals the
-single-process count bit for bit, whatever the order or grouping of the reduction.
-"""
+Chapter: *Beyond one machine*. Shards are files (local paths or fsspec URLs; ``.txt``
+one text a line, ``.jsonl`` one JSON object a line, GLUE-style ``.tsv``; compression
+inferred from the name) or the shards of a Hugging Face dataset in streaming mode. Each
+is counted by :func:`posgeom_utils.marginals.count_batches`, reading its texts in
+batches; counts are integers and
+:meth:`~posgeom_utils.marginals.PositionalMarginals.merge` adds them, so the merged
+count equals the single-process count bit for bit, whatever the order or grouping of the
+reduction."""
 
 from __future__ import annotations
 
@@ -27,14 +28,30 @@ from ..checks import choice, integer
 from ..marginals import PositionalMarginals, count_batches, counting_params
 from ..settings import progress
 from .sweeps import dask_client
-from .sweeps import start_local_cluster as local_cluster  # noqa: F401 - the chapter's name
+
+# noqa: F401 - the chapter's name
+from .sweeps import start_local_cluster as local_cluster
 
 EXECUTORS = ("dask", "serial")
 #: file name endings -> shard kind (after removing a compression suffix)
-SUFFIX_KINDS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".json": "jsonl", ".tsv": "tsv"}
+SUFFIX_KINDS = {
+    ".txt": "text",
+    ".text": "text",
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".tsv": "tsv",
+}
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".lz4")
 #: what a file system may report about a file's version (part of the cache key)
-VERSION_FIELDS = ("mtime", "LastModified", "last_modified", "ETag", "etag", "md5", "crc32c")
+VERSION_FIELDS = (
+    "mtime",
+    "LastModified",
+    "last_modified",
+    "ETag",
+    "etag",
+    "md5",
+    "crc32c",
+)
 #: the event topic on which Dask workers report the texts they counted
 PROGRESS_TOPIC = "posgeom-count-progress"
 
@@ -46,9 +63,10 @@ class ShardError(RuntimeError):
 
 @dataclass(frozen=True)
 class Shard:
-    """One part of a corpus: a ``"text"``, ``"jsonl"`` or ``"tsv"`` file at ``source``, or
-    (``"hf"``) shard ``index`` of ``num_shards`` of the Hugging Face dataset ``source``, streamed.
-    ``text_field`` names the text column. Chapter: *Beyond one machine*."""
+    """One part of a corpus: a ``"text"``, ``"jsonl"`` or ``"tsv"`` file at ``source``,
+    or (``"hf"``) shard ``index`` of ``num_shards`` of the Hugging Face dataset
+    ``source``, streamed. ``text_field`` names the text column. Chapter: *Beyond one
+    machine*."""
 
     source: str
     kind: str
@@ -75,19 +93,24 @@ def _kind_of(path: str) -> str:
     kind = next((k for s, k in SUFFIX_KINDS.items() if name.endswith(s)), None)
     if kind is None:
         fix = "name it *.txt, *.jsonl or *.tsv (optionally compressed, e.g. .gz), or pass kind=..."
-        raise ValueError(f"cannot tell the format of shard {path!r} from its name: {fix}")
+        raise ValueError(
+            f"cannot tell the format of shard {path!r} from its name: {fix}"
+        )
     return kind
 
 
 def file_shards(
     paths: str | Sequence[str], kind: str | None = None, text_field: str = "text"
 ) -> list[Shard]:
-    """Shards from file paths or URLs; a pattern with ``*``/``?``/``[`` is expanded (through
-    fsspec, remotely too) in sorted order. ``kind`` overrides the format inferred from each name.
-    Chapter: *Beyond one machine*."""
+    """Shards from file paths or URLs; a pattern with ``*``/``?``/``[`` is expanded
+    (through fsspec, remotely too) in sorted order. ``kind`` overrides the format
+    inferred from each name. Chapter: *Beyond one machine*."""
     import fsspec
 
-    paths = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
+    paths = [
+        os.fspath(p)
+        for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)
+    ]
     if not paths:
         raise ValueError("paths is empty: pass at least one shard file or pattern")
     if kind is not None:
@@ -99,12 +122,16 @@ def file_shards(
             continue
         fs, _, found = fsspec.core.get_fs_token_paths(pattern)
         if not found:
-            raise FileNotFoundError(f"the pattern {pattern!r} matches no file: check the path")
+            raise FileNotFoundError(
+                f"the pattern {pattern!r} matches no file: check the path"
+            )
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         remote = protocol not in ("file", "local")
         expanded += [fs.unstrip_protocol(f) if remote else f for f in sorted(found)]
     if len(set(expanded)) != len(expanded):
-        raise ValueError("a shard is listed twice (its texts would count twice): pass each once")
+        raise ValueError(
+            "a shard is listed twice (its texts would count twice): pass each once"
+        )
     return [Shard(p, kind or _kind_of(p), text_field) for p in expanded]
 
 
@@ -115,13 +142,15 @@ def hub_shards(
     text_field: str = "text",
     data_files: str | Sequence[str] | None = None,
 ) -> list[Shard]:
-    """One :class:`Shard` per shard of ``datasets.load_dataset(dataset, config, split=split,
-    streaming=True)`` (offline: a builder such as ``"json"`` with local ``data_files``).
-    Chapter: *Beyond one machine*."""
+    """One :class:`Shard` per shard of ``datasets.load_dataset(dataset, config,
+    split=split, streaming=True)`` (offline: a builder such as ``"json"`` with local
+    ``data_files``). Chapter: *Beyond one machine*."""
     files = [data_files] if isinstance(data_files, str) else data_files
     files = tuple(os.fspath(f) for f in files) if files else None
     k = int(getattr(_open_hub(dataset, config, split, files), "num_shards", 1) or 1)
-    return [Shard(dataset, "hf", text_field, i, k, config, split, files) for i in range(k)]
+    return [
+        Shard(dataset, "hf", text_field, i, k, config, split, files) for i in range(k)
+    ]
 
 
 def _open_hub(dataset: str, config: str | None, split: str, data_files: Any) -> Any:
@@ -130,7 +159,9 @@ def _open_hub(dataset: str, config: str | None, split: str, data_files: Any) -> 
     datasets.disable_progress_bars()
     kwargs = {"data_files": list(data_files)} if data_files else {}
     try:
-        return datasets.load_dataset(dataset, config, split=split, streaming=True, **kwargs)
+        return datasets.load_dataset(
+            dataset, config, split=split, streaming=True, **kwargs
+        )
     except Exception as exc:  # hub, network and builder errors come in many types
         what = f"dataset={dataset!r} (config={config!r}, split={split!r})"
         fix = "offline, pass a builder with local files, e.g. hub_shards('json', data_files=...)"
@@ -152,7 +183,9 @@ def shard_texts(shard: Shard) -> Iterator[str]:
         if shard.kind == "text":
             yield from (line.strip() for line in fh if line.strip())
         elif shard.kind == "jsonl":
-            rows = ((k, json.loads(line)) for k, line in enumerate(fh, 1) if line.strip())
+            rows = (
+                (k, json.loads(line)) for k, line in enumerate(fh, 1) if line.strip()
+            )
             for number, row in rows:
                 if shard.text_field not in row:
                     raise KeyError(
@@ -169,12 +202,14 @@ def shard_texts(shard: Shard) -> Iterator[str]:
                 )
             column = header.index(field)
             rows = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
-            yield from (row[column].strip() for row in rows if row and column < len(row))
+            yield from (
+                row[column].strip() for row in rows if row and column < len(row)
+            )
 
 
 def shard_fingerprint(shard: Shard) -> dict:
-    """What identifies a shard's content without reading it (part of the cache key): its name and
-    the size and version (mtime, ETag or checksum) its file system reports.
+    """What identifies a shard's content without reading it (part of the cache key): its
+    name and the size and version (mtime, ETag or checksum) its file system reports.
     Chapter: *Beyond one machine*."""
     key = {k: v for k, v in asdict(shard).items() if v is not None}
     if shard.kind != "hf":
@@ -190,13 +225,16 @@ def _file_info(path: str) -> dict:
     try:
         info = fs.info(resolved)
     except FileNotFoundError as exc:
-        raise FileNotFoundError(f"shard {path!r} does not exist: check the path or URL") from exc
+        raise FileNotFoundError(
+            f"shard {path!r} does not exist: check the path or URL"
+        ) from exc
     versions = {f: str(info[f]) for f in VERSION_FIELDS if info.get(f) is not None}
     return {"size": info.get("size"), **versions}
 
 
 def _report(texts: int) -> None:
-    """Tell the client that ``texts`` more texts are counted (in a Dask task; else nothing)."""
+    """Tell the client that ``texts`` more texts are counted (in a Dask task; else
+    nothing)."""
     try:
         from distributed import get_worker
 
@@ -216,9 +254,9 @@ def count_shard(
     on_progress: Callable[[int], None] | None = None,
     view: str = "model",
 ) -> PositionalMarginals:
-    """Count one shard with the streaming counter, or raise :class:`ShardError` naming it;
-    ``params["shard_stats"]`` records its texts, tokens, seconds and the process's peak memory.
-    Chapter: *Beyond one machine*."""
+    """Count one shard with the streaming counter, or raise :class:`ShardError` naming
+    it; ``params["shard_stats"]`` records its texts, tokens, seconds and the process's
+    peak memory. Chapter: *Beyond one machine*."""
     start, stats = time.perf_counter(), {"shard": shard.name, "texts": 0}
 
     def batches() -> Iterator[list[str]]:
@@ -239,7 +277,8 @@ def count_shard(
         where = f"counting shard {shard.name!r} failed after {stats['texts']} texts"
         raise ShardError(f"{where}: {type(exc).__name__}: {exc}") from exc
     lengths = np.arange(result.length_hist.size)
-    stats["tokens"] = int((lengths * result.length_hist).sum())  # special tokens included
+    # special tokens included
+    stats["tokens"] = int((lengths * result.length_hist).sum())
     stats["seconds"] = time.perf_counter() - start
     stats["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     stats["pid"] = os.getpid()
@@ -250,8 +289,35 @@ def count_shard(
 def _merge(a: PositionalMarginals, b: PositionalMarginals) -> PositionalMarginals:
     """Merge two partial counts, keeping every shard's statistics."""
     merged = a.merge(b)
-    merged.params["shard_stats"] = a.params.get("shard_stats", []) + b.params.get("shard_stats", [])
+    merged.params["shard_stats"] = a.params.get("shard_stats", []) + b.params.get(
+        "shard_stats", []
+    )
     return merged
+
+
+def _count_all(
+    shards: list[Shard],
+    tokenizer: Any,
+    options: dict,
+    executor: str,
+    workers: int,
+    scheduler: Any,
+    split_every: int,
+) -> PositionalMarginals:
+    """The summed counts of ``shards``, here or on Dask. Chapter: *Beyond one
+    machine*."""
+    with progress(desc="counting", unit=" texts") as bar:
+        if executor == "dask":
+            return _count_dask(
+                shards, tokenizer, options, workers, scheduler, split_every, bar
+            )
+        parts = [
+            count_shard(s, tokenizer, **options, on_progress=bar.update) for s in shards
+        ]
+    result = parts[0]
+    for part in parts[1:]:
+        result = _merge(result, part)
+    return result
 
 
 def sharded_marginals(
@@ -273,16 +339,20 @@ def sharded_marginals(
     """The positional counts of a sharded corpus, equal to those of
     :func:`~posgeom_utils.marginals.positional_marginals` on all its texts.
 
-    ``shards``: :class:`Shard` objects or file paths / URLs / patterns. ``executor="dask"`` counts
-    them in parallel on ``scheduler`` (a ``distributed.Client`` or an address), or on a new local
-    cluster of ``workers`` processes, and sums them up a tree of ``split_every`` children per node;
-    ``"serial"`` counts them here. A failing shard raises :class:`ShardError` and nothing is cached;
-    the cache key covers every shard's :func:`shard_fingerprint`. Chapter: *Beyond one machine*.
-    """
-    choice(executor, "executor", EXECUTORS, fix="'dask' for a cluster, 'serial' for this process")
+    ``shards``: :class:`Shard` objects or file paths / URLs / patterns.
+    ``executor="dask"`` counts them in parallel on ``scheduler`` (a
+    ``distributed.Client`` or an address), or on a new local cluster of ``workers``
+    processes, and sums them up a tree of ``split_every`` children per node;
+    ``"serial"`` counts them here. A failing shard raises :class:`ShardError` and
+    nothing is cached; the cache key covers every shard's :func:`shard_fingerprint`.
+    Chapter: *Beyond one machine*."""
+    fix = "'dask' for a cluster, 'serial' for this process"
+    choice(executor, "executor", EXECUTORS, fix=fix)
     shards = _checked_shards(shards)
     integer(batch_size, "batch_size")
-    integer(split_every, "split_every", 2, fix="a tree needs at least 2 children per node")
+    integer(
+        split_every, "split_every", 2, fix="a tree needs at least 2 children per node"
+    )
     params = counting_params(tokenizer, n, special_tokens, align, view)
     fingerprints = [shard_fingerprint(s) for s in shards]
     params["shards"] = sorted(fingerprints, key=lambda f: json.dumps(f, sort_keys=True))
@@ -293,16 +363,13 @@ def sharded_marginals(
         return _truncated(result, min_count)
     options = dict(n=n, special_tokens=special_tokens, align=align, view=view)
     options.update(batch_size=batch_size, buffer_tokens=buffer_tokens)
-    with progress(desc="counting", unit=" texts") as bar:
-        if executor == "serial":
-            parts = [count_shard(s, tokenizer, **options, on_progress=bar.update) for s in shards]
-            result = parts[0]
-            for part in parts[1:]:
-                result = _merge(result, part)
-        else:
-            result = _count_dask(shards, tokenizer, options, workers, scheduler, split_every, bar)
+    result = _count_all(
+        shards, tokenizer, options, executor, workers, scheduler, split_every
+    )
     if result.num_sequences == 0:
-        raise ValueError(f"the {len(shards)} shards hold no text: check the files (or text_field)")
+        raise ValueError(
+            f"the {len(shards)} shards hold no text: check the files (or text_field)"
+        )
     stats = sorted(result.params.pop("shard_stats", []), key=lambda s: s["shard"])
     result.params = {**params, "shard_stats": stats}
     if cache:
@@ -311,7 +378,9 @@ def sharded_marginals(
 
 
 def _checked_shards(shards: Any) -> list[Shard]:
-    plain = isinstance(shards, (str, os.PathLike)) or not all(isinstance(s, Shard) for s in shards)
+    plain = isinstance(shards, (str, os.PathLike)) or not all(
+        isinstance(s, Shard) for s in shards
+    )
     shards = file_shards(shards) if plain and len(shards) else list(shards)
     if not shards:
         raise ValueError("shards is empty: pass at least one shard (file or dataset)")
@@ -320,8 +389,11 @@ def _checked_shards(shards: Any) -> list[Shard]:
     return shards
 
 
-def _truncated(result: PositionalMarginals, min_count: int | None) -> PositionalMarginals:
-    """As the single-process count: truncated to ``min_count``, else every position reached."""
+def _truncated(
+    result: PositionalMarginals, min_count: int | None
+) -> PositionalMarginals:
+    """As the single-process count: truncated to ``min_count``, else every position
+    reached."""
     if min_count is not None:
         return result.truncate(min_count=min_count)
     if np.any(result.support == 0):
@@ -331,7 +403,8 @@ def _truncated(result: PositionalMarginals, min_count: int | None) -> Positional
 
 
 def _count_for_bag(shard: Shard, tokenizer: Any, options: dict) -> PositionalMarginals:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one thread, on any cluster
+    # one thread, on any cluster
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     return count_shard(shard, tokenizer, **options)
 
@@ -348,6 +421,8 @@ def _count_dask(shards, tokenizer, options, workers, scheduler, split_every, bar
             bag = db.from_sequence(shards, npartitions=len(shards))
             token = dask.delayed(tokenizer, pure=True, traverse=False)
             counted = bag.map(_count_for_bag, token, options)
-            return client.compute(counted.fold(_merge, split_every=split_every)).result()
+            return client.compute(
+                counted.fold(_merge, split_every=split_every)
+            ).result()
         finally:
             client.unsubscribe_topic(PROGRESS_TOPIC)
