@@ -121,7 +121,8 @@ def probability_rows(mu: Any, name: str = "mu", atol: float = 1e-8) -> None:
     bad = np.flatnonzero(np.abs(sums - 1) > atol * max(1, shape[1]) ** 0.5)
     if bad.size:
         raise ValueError(
-            f"{name} row {bad[0]} sums to {sums[bad[0]]:.6g}, not 1: normalise the rows "
+            f"{name} row {bad[0]} sums to {sums[bad[0]]:.6g}, not 1: normalise the "
+            "rows "
             "(PositionalMarginals.mu() does) before computing distances"
         )
 

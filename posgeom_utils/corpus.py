@@ -132,9 +132,12 @@ def _from_hub(
 
 def _missing_message(dataset: str, why: str) -> str:
     return (
-        f"No data for dataset {dataset!r}: no data_dir was given, ${DATA_ENV} is not set, and "
-        f"{why}. Fix: pass data_dir='/path/to/data' or `export {DATA_ENV}=/path/to/data`, where "
-        f"the folder holds {', '.join(LOCAL_FILES[dataset].values())} (laid out like shared/data); "
+        f"No data for dataset {dataset!r}: no data_dir was given, ${DATA_ENV} is not "
+        "set, and "
+        f"{why}. Fix: pass data_dir='/path/to/data' or `export "
+        f"{DATA_ENV}=/path/to/data`, where "
+        f"the folder holds {', '.join(LOCAL_FILES[dataset].values())} (laid out like "
+        "shared/data); "
         f"or go online so that `datasets` can download {HUB_IDS[dataset][0]!r}."
     )
 
@@ -161,8 +164,10 @@ def load_corpus(
         if not path.is_file():
             origin = "data_dir" if data_dir is not None else f"${DATA_ENV}"
             raise FileNotFoundError(
-                f"{origin}={str(root)!r} has no {LOCAL_FILES[dataset][split]!r}. Point {origin} at "
-                "a folder laid out like shared/data: sst2/train.tsv, sst2/dev.tsv, sst2/test.tsv, "
+                f"{origin}={str(root)!r} has no {LOCAL_FILES[dataset][split]!r}. "
+                f"Point {origin} at "
+                "a folder laid out like shared/data: sst2/train.tsv, sst2/dev.tsv, "
+                "sst2/test.tsv, "
                 "imdb/train.jsonl.gz, imdb/test.jsonl.gz (see shared/data/README.md)."
             )
         texts, labels = (

@@ -151,7 +151,8 @@ def _labels(y: Any, n: int, num_classes: int, name: str) -> torch.Tensor:
     if t.min() < 0 or t.max() >= num_classes:
         span = f"{int(t.min())}..{int(t.max())}"
         raise ValueError(
-            f"{name} must lie in 0..{num_classes - 1} (num_classes={num_classes}), got {span}"
+            f"{name} must lie in 0..{num_classes - 1} (num_classes={num_classes}), "
+            f"got {span}"
         )
     return t.long()
 
@@ -244,8 +245,10 @@ def _load_records(path: Path | None, shape: tuple[int, int]) -> dict[int, np.nda
         steps, tables = saved["steps"], saved["tables"]
     if tables.shape[1:] != shape:
         raise ValueError(
-            f"{path} holds position tables of shape {tables.shape[1:]}, this run records {shape} "
-            "(n_record or the model differ): use another checkpoint_dir or the same settings"
+            f"{path} holds position tables of shape {tables.shape[1:]}, this run "
+            f"records {shape} "
+            "(n_record or the model differ): use another checkpoint_dir or the same "
+            "settings"
         )
     return {int(s): t for s, t in zip(steps, tables)}
 

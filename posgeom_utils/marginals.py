@@ -94,7 +94,8 @@ class PositionalMarginals:
         if keep < 1:
             most = int(self.support.max(initial=0))
             raise ValueError(
-                f"no position is reached by min_count={min_count} (most: {most}): lower min_count"
+                f"no position is reached by min_count={min_count} (most: {most}): "
+                "lower min_count"
             )
         params = {**self.params, "n": keep, "min_count": min_count}
         support = self.support[:keep].copy()
@@ -349,7 +350,8 @@ def _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view="mod
     specials = len(prefix) + len(suffix)
     if n < specials + 1:
         raise ValueError(
-            f"n={n} leaves no room for text: pass n > {specials} or special_tokens='drop'"
+            f"n={n} leaves no room for text: pass n > {specials} or "
+            "special_tokens='drop'"
         )
     return n, prefix, suffix
 
@@ -599,7 +601,8 @@ def _apply_min_count(
     if empty.size:
         longest = int(np.flatnonzero(result.length_hist).max(initial=0))
         raise ValueError(
-            f"n={result.n} is longer than any sequence (the longest has {longest} tokens): pass "
+            f"n={result.n} is longer than any sequence (the longest has {longest} "
+            "tokens): pass "
             f"n <= {empty[0]}, or min_count=k to keep the positions reached by k texts"
         )
     return result

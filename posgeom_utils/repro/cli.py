@@ -233,7 +233,8 @@ def _marginals(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     absolute = getattr(config, "position_embedding_type", None) in (None, "absolute")
     if learned and absolute and table is not None and args.n > table:
         raise UsageError(
-            f"--n {args.n} exceeds the {table} positions of the model's learned position table "
+            f"--n {args.n} exceeds the {table} positions of the model's learned "
+            "position table "
             f"(max_position_embeddings): pass --n {table} or less"
         )
     # min_count=1 here, so that an error names the right option
@@ -250,8 +251,10 @@ def _marginals(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         marg = marg.truncate(min_count=args.min_count)
     if marg.n < 3:
         raise UsageError(
-            f"--min-count {args.min_count}: only {marg.n} position(s) are reached by at least "
-            f"{args.min_count} texts (need 3); lower --min-count, or use more / longer texts"
+            f"--min-count {args.min_count}: only {marg.n} position(s) are reached by "
+            "at least "
+            f"{args.min_count} texts (need 3); lower --min-count, or use more / "
+            "longer texts"
         )
     return corpus, config, marg
 
@@ -345,7 +348,8 @@ def _table(info: dict) -> str:
     lines = [
         f"model:  {info['model_label']}  ({info['mechanism']}, width {info['width']})",
         f"corpus: {c['name']}/{c['split']}, {c['texts']} texts, policy={c['policy']}",
-        f"positions: n={c['n']} (asked {c['n_requested']}, min-count {c['min_count']}; support "
+        f"positions: n={c['n']} (asked {c['n_requested']}, min-count "
+        f"{c['min_count']}; support "
         + f"{min(c['support'])}..{max(c['support'])} texts per position)",
         f"D_H: effective rank {c['effective_rank']}, negative eigenvalue mass "
         + f"{c['negative_mass']:.3g}, violation rate {c['violation_rate']:.3f}",

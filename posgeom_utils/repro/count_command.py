@@ -192,7 +192,8 @@ def run_count(args: argparse.Namespace) -> int:
     rate = provenance["tokens_per_second"]
     how = "read from the cache" if rate is None else f"{rate:,.0f} tokens/s, {executor}"
     print(
-        f"counted {provenance['texts']:,} texts ({provenance['tokens']:,} tokens) in {len(shards)} "
+        f"counted {provenance['texts']:,} texts ({provenance['tokens']:,} tokens) in "
+        f"{len(shards)} "
         f"shards, {seconds:.1f} s ({how}); n={result.n}, V={result.V}; wrote {out} and "
         f"{out.with_suffix('.json')}",
         flush=True,

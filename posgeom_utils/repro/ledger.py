@@ -112,7 +112,8 @@ def paper_value(ref: str) -> float:
     unknown = [n for n in names if n not in REPORTED]
     if unknown or len(names) > 2:
         raise ClaimError(
-            f"paper value {ref!r}: {unknown or ref} not in posgeom_utils.repro.paper.REPORTED"
+            f"paper value {ref!r}: {unknown or ref} not in "
+            "posgeom_utils.repro.paper.REPORTED"
         )
     values = [float(REPORTED[n][0]) for n in names]
     return values[0] / values[1] if len(values) == 2 else values[0]
@@ -247,7 +248,8 @@ def evaluate_check(
     if "asserted" in check:
         return (
             True,
-            f"the chapter ran to completion, so its assertion held: {check['asserted']}",
+            "the chapter ran to completion, so its assertion held: "
+            f"{check['asserted']}",
         )
     key, op = check["key"], check["op"]
     x = as_number(results.get(key))
@@ -257,7 +259,8 @@ def evaluate_check(
         passed = check["low"] <= x <= check["high"]
         return (
             passed,
-            f"{key} = {_fmt(x)} {'within' if passed else 'outside'} [{check['low']}, {check['high']}]",
+            f"{key} = {_fmt(x)} {'within' if passed else 'outside'} [{check['low']}, "
+            f"{check['high']}]",
         )
     if "value" in check:
         base, name = float(check["value"]), _fmt(check["value"])
@@ -284,7 +287,8 @@ def evaluate_check(
     tol, diff = check.get("tol", 0.0) + check.get("rtol", 0.0) * abs(y), abs(x - y)
     passed = (diff <= tol) == (op == "==")
     return passed, (
-        f"{key} = {_fmt(x)} {op} {rhs} (|diff| {_fmt(diff)} {'<=' if diff <= tol else '>'} tol "
+        f"{key} = {_fmt(x)} {op} {rhs} (|diff| {_fmt(diff)} "
+        f"{'<=' if diff <= tol else '>'} tol "
         f"{_fmt(tol)}): {'holds' if passed else 'fails'}"
     )
 

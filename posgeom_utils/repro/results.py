@@ -101,8 +101,10 @@ class ParametersTable:
     def _repr_html_(self) -> str:
         profile = self.frame["value"].get("profile", "default")
         return (
-            f'<details class="posgeom-parameters"><summary>Parameters of this run (profile '
-            f"<code>{profile}</code>): click to show</summary>{self.frame.to_html()}</details>"
+            '<details class="posgeom-parameters"><summary>Parameters of this run '
+            "(profile "
+            f"<code>{profile}</code>): click to "
+            f"show</summary>{self.frame.to_html()}</details>"
         )
 
     def __repr__(self) -> str:

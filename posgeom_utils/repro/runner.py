@@ -41,12 +41,14 @@ from .sources import REPO_ROOT, code_hash
 
 #: parameters that size a run; ``cap`` bounds each of them (``None``, "the whole corpus", becomes ``cap``)
 SIZE_PARAMETERS = tuple(
-    "sample_size task_size train_steps finetune_steps synthetic_sequences planted_sequences "
+    "sample_size task_size train_steps finetune_steps synthetic_sequences "
+    "planted_sequences "
     "num_sequences other_sample_size width_steps".split()
 )
 #: library versions recorded in the provenance (a missing one is recorded as null)
 LIBRARIES = tuple(
-    "numpy scipy torch transformers tokenizers datasets scikit-learn papermill myst-nb".split()
+    "numpy scipy torch transformers tokenizers datasets scikit-learn papermill "
+    "myst-nb".split()
 )
 #: provenance fields that must match to skip a chapter, or to resume from its checkpoints
 SKIP_KEYS = ("profile", "requested_parameters", "package_version", "code_hash")
@@ -90,7 +92,8 @@ class RunSummary:
             else ""
         )
         return (
-            f"{len(self.ran)} ran, {len(self.skipped)} skipped, {len(self.failed)} failed in "
+            f"{len(self.ran)} ran, {len(self.skipped)} skipped, {len(self.failed)} "
+            "failed in "
             f"{sum(self.seconds.values()):.1f} s; results in {self.out}{failed}"
         )
 
@@ -182,7 +185,8 @@ def _check_request(
     if scheduler is not None and not (isinstance(scheduler, str) and scheduler.strip()):
         raise RunError(
             "--scheduler",
-            f"must be a Dask scheduler address such as tcp://127.0.0.1:8786, got {scheduler!r}",
+            "must be a Dask scheduler address such as tcp://127.0.0.1:8786, got "
+            f"{scheduler!r}",
         )
     for name, value in (("--workers", workers), ("--scheduler", scheduler)):
         if value is not None and executor != "dask":
@@ -205,7 +209,8 @@ def _chapters(
     if not valid:
         raise RunError(
             "--source-dir",
-            f"{str(source_dir)!r} holds no MyST notebook (*.md with a jupytext header): pass --source-dir DIR",
+            f"{str(source_dir)!r} holds no MyST notebook (*.md with a jupytext "
+            "header): pass --source-dir DIR",
         )
     chapters = [
         c.removesuffix(".md") for c in (valid if chapters is None else chapters)
@@ -223,7 +228,8 @@ def _device(device: str | None, profile: str, cap: int | None) -> str:
     where = device_name(device or "auto")
     if where.startswith("unavailable"):
         fix = (
-            "run it on a machine with a CUDA GPU, or pass --device cpu --cap N (e.g. --cap 2000) for a "
+            "run it on a machine with a CUDA GPU, or pass --device cpu --cap N (e.g. "
+            "--cap 2000) for a "
             "capped run on CPU"
             if profile == "paper" and cap is None
             else "pass --device auto or --device cpu"
@@ -295,7 +301,8 @@ def _plan(
     except SyntaxError as exc:
         raise RunError(
             "--chapters",
-            f"{chapter}: its parameters cell is not valid Python ({exc}); fix {source} or leave the chapter out",
+            f"{chapter}: its parameters cell is not valid Python ({exc}); fix "
+            f"{source} or leave the chapter out",
         ) from exc
     params = json.loads(
         json.dumps(
@@ -361,7 +368,8 @@ def run_chapters(
     settings = (("cap", cap), *execution.items())
     extra = "".join(f", {k} {v}" for k, v in settings if v is not None)
     log(
-        f"posgeom run: profile {profile}, {len(plans)} chapter(s), device {where}{extra}"
+        f"posgeom run: profile {profile}, {len(plans)} chapter(s), device "
+        f"{where}{extra}"
         f" -> {out}"
     )
     for k, plan in enumerate(plans, 1):
@@ -466,7 +474,8 @@ def _execute(
     payload = read_json(partial)
     if payload is None:
         raise RuntimeError(
-            "the chapter saved no results: call posgeom_utils.repro.results.show_parameters"
+            "the chapter saved no results: call "
+            "posgeom_utils.repro.results.show_parameters"
             "(chapter, globals()) in the cell after its parameters cell"
         )
     return payload

@@ -198,7 +198,8 @@ def shard_texts(shard: Shard) -> Iterator[str]:
             field = shard.text_field if shard.text_field in header else "sentence"
             if field not in header:
                 raise KeyError(
-                    f"the header {header!r} has no column {shard.text_field!r}: pass text_field=..."
+                    f"the header {header!r} has no column {shard.text_field!r}: pass "
+                    "text_field=..."
                 )
             column = header.index(field)
             rows = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)

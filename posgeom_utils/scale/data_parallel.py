@@ -64,7 +64,8 @@ def _get_accelerator(accelerator: Any, cpu: bool = False, bf16: bool = False) ->
     world = os.environ.get("WORLD_SIZE", "1")
     if world.isdigit() and int(world) > 1 and accelerator.num_processes == 1:
         raise ValueError(
-            f"launched with WORLD_SIZE={world}, but the accelerator runs one process (each would "
+            f"launched with WORLD_SIZE={world}, but the accelerator runs one process "
+            "(each would "
             "do all the work alone): without GPUs create it with Accelerator(cpu=True)"
         )
     return accelerator
@@ -444,8 +445,10 @@ def _finetune(args: argparse.Namespace, accelerator: Any) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m posgeom_utils.scale.data_parallel",
-        description="Data-parallel per-layer probes and fine-tuning ('Beyond one machine'). "
-        "Run under `accelerate launch` or `torchrun` for several processes; `python -m` runs one.",
+        description="Data-parallel per-layer probes and fine-tuning ('Beyond one "
+        "machine'). "
+        "Run under `accelerate launch` or `torchrun` for several processes; `python "
+        "-m` runs one.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     probe, finetune = commands.add_parser("probe"), commands.add_parser("finetune")

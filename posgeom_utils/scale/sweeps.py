@@ -77,7 +77,8 @@ def _hashable(value: Any) -> Any:
         }
     kind = type(value).__name__
     raise TypeError(
-        f"a {kind} in a configuration cannot be hashed: keep it in a global the run reads"
+        f"a {kind} in a configuration cannot be hashed: keep it in a global the run "
+        "reads"
     )
 
 
@@ -292,8 +293,10 @@ def _plain_result(name: str, result: Any) -> dict[str, Any]:
         return json.loads(json.dumps(result, allow_nan=True))
     except (TypeError, ValueError) as exc:
         raise TypeError(
-            f"run {name!r}: its result is not JSON-serialisable ({exc}): return plain numbers, "
-            "strings, lists and dicts (e.g. float(x) for a NumPy or torch scalar, x.tolist())"
+            f"run {name!r}: its result is not JSON-serialisable ({exc}): return plain "
+            "numbers, "
+            "strings, lists and dicts (e.g. float(x) for a NumPy or torch scalar, "
+            "x.tolist())"
         ) from exc
 
 
