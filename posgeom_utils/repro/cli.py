@@ -13,6 +13,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import textwrap
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..checks import integer
-from ..settings import PROGRESS_ENV
+from ..settings import CACHE_ENV, PROGRESS_ENV, cache_dir
 
 PROG = "posgeom"
 RAW = argparse.RawDescriptionHelpFormatter
@@ -69,6 +70,45 @@ def usage(
         yield
     except errors as exc:
         raise UsageError(f"{prefix}{exc}{suffix}") from exc
+
+
+def output_place(option: str, value: Any, folder: bool = False) -> Path:
+    """Where ``option`` writes: ``value`` as a path whose folder exists (missing folders
+    are created) and is writable, checked before any long work; a file path must not
+    be a folder. The one rule for ``stress --plot``, ``count --out`` and the cache
+    folder (``run --out``: :func:`.runner.run_chapters`). Chapter: *Reproduction ledger*."""
+    path = Path(value).expanduser()
+    where = path if folder else path.parent
+    if folder and path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {str(path)!r} is a file: pass a folder")
+    if not folder and path.is_dir():
+        raise UsageError(
+            f"{option} {str(path)!r} is a folder: pass a file in it, e.g. "
+            f"{str(path / ('out' + (path.suffix or '.png')))!r}"
+        )
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=where).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(
+            f"{option} {str(path)!r}: cannot write in {str(where)!r} ({reason}); "
+            "pass a writable place"
+        ) from exc
+    return path
+
+
+def check_cache() -> None:
+    """The cache folder (``$POSGEOM_CACHE_DIR``) exists or can be made, and is writable.
+    Chapter: *Reproduction ledger*."""
+    try:
+        folder = cache_dir()
+    except OSError as exc:
+        raise UsageError(
+            f"{CACHE_ENV}: cannot create the cache folder ({exc}); set {CACHE_ENV} to "
+            "a writable folder"
+        ) from exc
+    output_place(CACHE_ENV, folder, folder=True)
 
 
 def add_command(sub: Any, name: str, summary: str, epilog: str, func: Any) -> Any:
@@ -186,12 +226,10 @@ def _corpus(args: argparse.Namespace) -> Any:
         raise UsageError(
             f"--corpus {name!r} is neither 'sst2', 'imdb' nor an existing file" + fix
         )
-    with usage(
-        f"--corpus {name!r} is not UTF-8 text (", ")" + fix, (UnicodeDecodeError,)
-    ):
-        texts = [
-            t for t in (s.strip() for s in path.read_text("utf-8").splitlines()) if t
-        ]
+    from ..scale.counting import Shard, shard_texts
+
+    with usage(f"--corpus {name!r}: ", "", (ValueError,)):
+        texts = list(shard_texts(Shard(str(path), "text")))
     if not texts:
         raise UsageError(
             f"--corpus {name!r} holds no text (empty or blank lines only)" + fix
@@ -218,13 +256,10 @@ def _marginals(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         integer(args.min_count, "--min-count", fix="pass e.g. --min-count 20")
         if args.sample_size is not None:
             integer(args.sample_size, "--sample-size", fix="omit it to use all texts")
-    if (
-        args.plot is not None
-        and not Path(args.plot).expanduser().resolve().parent.is_dir()
-    ):
-        raise UsageError(
-            f"--plot {args.plot!r}: its folder does not exist; create it first"
-        )
+    if args.plot is not None:
+        plot = output_place("--plot", args.plot)
+        args.plot = str(plot if plot.suffix else plot.with_suffix(".png"))
+    check_cache()
     corpus = _corpus(args)
     with usage(f"--model {args.model!r}: ", "", (ValueError, TypeError)):
         tokenizer, config = load_tokenizer(args.model), load_config(args.model)
@@ -336,10 +371,16 @@ def _stress(args: argparse.Namespace) -> int:
     geometry["support"] = [int(s) for s in marg.support]
     info = {"model": str(args.model), "model_label": model_label(args.model)}
     info |= dict(mechanism=mechanism, width=int(width), corpus=geometry, rows=rows)
+    failure = None
     if args.plot is not None:
-        _plot(D, P_model, name, info, Path(args.plot).expanduser())
-        info["plot"] = str(args.plot)
+        try:
+            _plot(D, P_model, name, info, Path(args.plot))
+            info["plot"] = args.plot
+        except UsageError as exc:
+            failure = exc
     print(json.dumps(info, indent=2, allow_nan=True) if args.json else _table(info))
+    if failure is not None:  # the results above are printed; the figure is not there
+        raise failure
     return 0
 
 
@@ -401,9 +442,8 @@ def _plot(
 def _run(args: argparse.Namespace) -> int:
     from .runner import RunError, run_chapters
 
-    out, source = (
-        Path(p).expanduser() if p else None for p in (args.out, args.source_dir)
-    )
+    out = Path(args.out).expanduser() if args.out else None
+    source = Path(args.source_dir).expanduser() if args.source_dir else None
     names = (
         "chapters",
         "device",
@@ -460,3 +500,6 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+        except KeyboardInterrupt:
+            print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+            return 130

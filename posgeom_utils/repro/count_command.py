@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import fail, integer
-from .cli import UsageError, add_command, add_token_options, usage
+from .cli import (
+    UsageError,
+    add_command,
+    add_token_options,
+    check_cache,
+    output_place,
+    usage,
+)
 
 EPILOG = """\
 examples:
@@ -170,7 +177,9 @@ def run_count(args: argparse.Namespace) -> int:
     from ..models import load_tokenizer
     from ..scale.counting import ShardError, sharded_marginals
 
-    shards, out = _shards(args), Path(args.out).expanduser()
+    shards, out = _shards(args), output_place("--out", args.out)
+    if not args.no_cache:
+        check_cache()
     with usage(f"--model {args.model!r}: ", "", (OSError, ValueError)):
         tokenizer = load_tokenizer(args.model)
     executor = "serial" if args.serial else "dask"
@@ -187,15 +196,15 @@ def run_count(args: argparse.Namespace) -> int:
         result = sharded_marginals(shards, tokenizer, args.n, **options)
     seconds = time.perf_counter() - start
     provenance = _provenance(args, result, seconds, executor)
-    result.save(out)
-    write_json(out.with_suffix(".json"), provenance)
     rate = provenance["tokens_per_second"]
     how = "read from the cache" if rate is None else f"{rate:,.0f} tokens/s, {executor}"
     print(
         f"counted {provenance['texts']:,} texts ({provenance['tokens']:,} tokens) in "
-        f"{len(shards)} "
-        f"shards, {seconds:.1f} s ({how}); n={result.n}, V={result.V}; wrote {out} and "
-        f"{out.with_suffix('.json')}",
+        f"{len(shards)} shards, {seconds:.1f} s ({how}); n={result.n}, V={result.V}",
         flush=True,
     )
+    with usage(f"--out {str(out)!r}: cannot write the counts (", ")", (OSError,)):
+        result.save(out)
+        write_json(out.with_suffix(".json"), provenance)
+    print(f"wrote {out} and {out.with_suffix('.json')}", flush=True)
     return 0

@@ -195,6 +195,17 @@ def _check_request(
             )
 
 
+def _check_out(out: Path) -> None:
+    """``out`` is a folder, or can be made as one (nothing is created yet)."""
+    if out.exists() and not out.is_dir():
+        raise RunError("--out", f"{out} is a file: pass a folder")
+    base = next(p for p in (out, *out.parents) if p.exists())
+    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
+        raise RunError(
+            "--out", f"{out}: cannot create it in {base}; pass a writable folder"
+        )
+
+
 def _chapters(
     source_dir: Path | None, chapters: list[str] | None
 ) -> tuple[Path, list[str]]:
@@ -357,6 +368,7 @@ def run_chapters(
     where = _device(device, profile, cap)
     default_out = Path.cwd() / "runs" / f"{profile}-{date.today().isoformat()}"
     out = Path(out) if out is not None else default_out
+    _check_out(out)
     import papermill  # noqa: F401 - fail before any chapter when papermill is missing
 
     options = {"device": device, "cap": cap, "model": model}
@@ -375,22 +387,31 @@ def run_chapters(
     for k, plan in enumerate(plans, 1):
         prefix = f"[{k}/{len(plans)}] {plan.chapter}:"
         previous = (read_json(plan.folder / "results.json") or {}).get("provenance", {})
-        if not force and all(
-            previous.get(key) == plan.identity[key] for key in SKIP_KEYS
-        ):
+        if not force and all(previous.get(x) == plan.identity[x] for x in SKIP_KEYS):
             summary.skipped.append(plan.chapter)
             summary.seconds[plan.chapter] = 0.0
             log(f"{prefix} skipped (current)")
-            continue
-        ok, seconds, message = _run_one(plan, force, common)
-        summary.seconds[plan.chapter] = seconds
-        (summary.ran if ok else summary.failed).append(plan.chapter)
-        failed = (
-            f"FAILED after {seconds:.1f} s: {message} (see {plan.folder}/failed.json)"
-        )
-        log(f"{prefix} ran in {seconds:.1f} s" if ok else f"{prefix} {failed}")
+        else:
+            log(f"{prefix} {_run_logged(plan, force, common, summary, log)}")
     log(f"posgeom run: {summary}")
     return summary
+
+
+def _run_logged(
+    plan: _Plan, force: bool, common: dict[str, Any], summary: RunSummary, log: Callable
+) -> str:
+    """Run one chapter into ``summary``; what the log says about it."""
+    try:
+        ok, seconds, message = _run_one(plan, force, common)
+    except KeyboardInterrupt:
+        where = plan.folder / "interrupted.json"
+        log(f"{plan.chapter}: interrupted ({where}); rerun the same command to resume")
+        raise
+    summary.seconds[plan.chapter] = seconds
+    (summary.ran if ok else summary.failed).append(plan.chapter)
+    if ok:
+        return f"ran in {seconds:.1f} s"
+    return f"FAILED after {seconds:.1f} s: {message} (see {plan.folder}/failed.json)"
 
 
 def stale_results(results_dir: Path, source_dir: Path | None = None) -> dict[str, str]:
@@ -481,6 +502,20 @@ def _execute(
     return payload
 
 
+def _attempt(
+    plan: _Plan, common: dict[str, Any], started: str, t0: float
+) -> dict[str, Any]:
+    """What a failed or interrupted record says about the attempt."""
+    return {
+        "chapter": plan.chapter,
+        "started": started,
+        "wall_seconds": round(time.perf_counter() - t0, 3),
+        "requested_parameters": plan.parameters,
+        "execution": common["execution"],
+        "notebook": str(plan.folder / f"{plan.chapter}.ipynb"),
+    }
+
+
 def _run_one(
     plan: _Plan, force: bool, common: dict[str, Any]
 ) -> tuple[bool, float, str]:
@@ -510,19 +545,16 @@ def _run_one(
             },
         )
         failed.unlink(missing_ok=True)
+        (plan.folder / "interrupted.json").unlink(missing_ok=True)
         return True, seconds, ""
-    # noqa: BLE001 - one chapter's failure is recorded, the others still run
-    except Exception as exc:
+    except KeyboardInterrupt:  # recorded; the checkpoints stay for the rerun
+        record = _attempt(plan, common, started, t0)
+        record["resume"] = "rerun the same command: training resumes from checkpoints/"
+        write_json(plan.folder / "interrupted.json", record)
+        raise
+    except Exception as exc:  # noqa: BLE001 - recorded; the other chapters still run
         seconds = time.perf_counter() - t0
-        record = {
-            "chapter": plan.chapter,
-            **_error_record(exc),
-            "started": started,
-            "wall_seconds": round(seconds, 3),
-            "requested_parameters": plan.parameters,
-            "execution": common["execution"],
-            "notebook": str(plan.folder / f"{plan.chapter}.ipynb"),
-        }
+        record = {**_attempt(plan, common, started, t0), **_error_record(exc)}
         write_json(failed, record)
         return (
             False,

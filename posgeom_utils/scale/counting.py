@@ -17,6 +17,7 @@ import json
 import os
 import resource
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -169,32 +170,41 @@ def _open_hub(dataset: str, config: str | None, split: str, data_files: Any) -> 
 
 
 def shard_texts(shard: Shard) -> Iterator[str]:
-    """The texts of one shard, streamed (blank lines of text files skipped).
-    Chapter: *Beyond one machine*."""
-    import fsspec
-
+    """The texts of one shard, streamed (blank lines of text files skipped). Lines end
+    at ``\n`` (or ``\r\n``) only, never at U+0085 or U+2028 inside a text; a damaged
+    file raises a ``ValueError`` naming it and the line. Chapter: *Beyond one machine*."""
     if shard.kind == "hf":
         stream = _open_hub(shard.source, shard.config, shard.split, shard.data_files)
         if shard.num_shards > 1:
             stream = stream.shard(num_shards=shard.num_shards, index=shard.index)
         yield from (row[shard.text_field] for row in stream)
         return
-    with fsspec.open(shard.source, "rt", encoding="utf-8", compression="infer") as fh:
+    line = 0
+    try:
+        for line, text in _file_rows(shard):
+            yield text
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error, csv.Error) as exc:
+        what = f"{type(exc).__name__}: {exc}"
+        fix = "check the file (truncated? compressed as its name says? UTF-8?)"
+        raise ValueError(f"{shard.source}, after line {line}: {what}; {fix}") from exc
+
+
+def _file_rows(shard: Shard) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a text, jsonl or tsv file."""
+    import fsspec
+
+    with fsspec.open(
+        shard.source, "rt", encoding="utf-8", compression="infer", newline="\n"
+    ) as fh:
         if shard.kind == "text":
-            yield from (line.strip() for line in fh if line.strip())
+            lines = ((k, line.strip()) for k, line in enumerate(fh, 1))
+            yield from ((k, text) for k, text in lines if text)
         elif shard.kind == "jsonl":
-            rows = (
-                (k, json.loads(line)) for k, line in enumerate(fh, 1) if line.strip()
-            )
-            for number, row in rows:
-                if shard.text_field not in row:
-                    raise KeyError(
-                        f"line {number} has no field {shard.text_field!r} (fields: "
-                        f"{sorted(row)}): pass text_field=..."
-                    )
-                yield row[shard.text_field]
+            for k, line in enumerate(fh, 1):
+                if line.strip():
+                    yield k, _json_text(line, k, shard)
         else:  # tsv with a header row
-            header = fh.readline().rstrip("\n").split("\t")
+            header = fh.readline().rstrip("\r\n").split("\t")
             field = shard.text_field if shard.text_field in header else "sentence"
             if field not in header:
                 raise KeyError(
@@ -203,9 +213,25 @@ def shard_texts(shard: Shard) -> Iterator[str]:
                 )
             column = header.index(field)
             rows = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
-            yield from (
-                row[column].strip() for row in rows if row and column < len(row)
-            )
+            for k, row in enumerate(rows, 2):
+                if row and column < len(row):
+                    yield k, row[column].strip()
+
+
+def _json_text(line: str, k: int, shard: Shard) -> str:
+    """The text field of one jsonl line, or a ``ValueError`` naming the file and line."""
+    where = f"{shard.source}, line {k}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not JSON ({exc.msg}); expected one object per line")
+    if not isinstance(row, dict) or shard.text_field not in row:
+        fields = sorted(row) if isinstance(row, dict) else type(row).__name__
+        raise KeyError(
+            f"{where} has no field {shard.text_field!r} (fields: {fields}): "
+            "pass text_field=..."
+        )
+    return row[shard.text_field]
 
 
 def shard_fingerprint(shard: Shard) -> dict:
