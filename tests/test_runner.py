@@ -36,7 +36,8 @@ kernelspec:
 """
 
 PROVENANCE = ("profile", "requested_parameters", "package_version", "commit", "dirty", "code_hash", "execution",
-              "libraries", "device_name", "cap", "started", "finished", "wall_seconds", "hostname", "platform")
+              "libraries", "device_name", "cap", "started", "finished", "wall_seconds", "hostname", "platform",
+              "cpu")
 
 
 def cell(source: str, tags: str | None = None) -> str:

@@ -341,7 +341,26 @@ def _common(where: str, cap: int | None, execution: dict[str, Any]) -> dict[str,
         "libraries": library_versions(),
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
+        "cpu": cpu_model(),
     }
+
+
+def cpu_model() -> str:
+    """The processor and its core count: trained numbers can differ in their last digits
+    (and, through training, beyond) between processors. Chapter: *Reproduction ledger*."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        info = ""
+    names = [
+        line.split(":", 1)[1].strip()
+        for line in info.splitlines()
+        if line.startswith("model name")
+    ]
+    flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
+    simd = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
+    name = names[0] if names else platform.processor() or platform.machine()
+    return f"{name}, {os.cpu_count()} cores, {simd}"
 
 
 def run_chapters(
