@@ -468,3 +468,22 @@ def test_bad_execution_options_are_refused_before_anything_runs(tmp_path, kwargs
         run_chapters("smoke", out=tmp_path / "out", source_dir=source, log=quiet, **kwargs)
     assert caught.value.argument == argument
     assert not (tmp_path / "out").exists()
+
+
+def test_results_written_into_the_book_leave_the_tree_clean(tmp_path, monkeypatch):
+    """A run's outputs under book/results are not code: a second profile run after the first is clean."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    (repo / "book" / "results" / "smoke").mkdir(parents=True)
+    (repo / "code.py").write_text("x = 1\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "init", "--allow-empty"], check=True)
+    monkeypatch.setattr(runner, "REPO_ROOT", repo)
+    monkeypatch.setattr(runner, "RESULTS_ROOT", repo / "book" / "results")
+    (repo / "book" / "results" / "smoke" / "results.json").write_text("{}")
+    assert runner.git_state()[1] is False
+    (repo / "code.py").write_text("x = 2\n")
+    assert runner.git_state()[1] is True

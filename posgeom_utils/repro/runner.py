@@ -37,6 +37,7 @@ from ..cache import read_json, write_json
 from ..models import device_name
 from .profiles import PROFILES, chapter_parameters
 from .results import CHECKPOINT_ENV, RESULTS_ENV
+from .reference import RESULTS_ROOT
 from .sources import REPO_ROOT, code_hash
 
 #: parameters that size a run; ``cap`` bounds each of them (``None``, "the whole corpus", becomes ``cap``)
@@ -272,7 +273,9 @@ def git_state() -> tuple[str | None, bool | None]:
         return done.stdout.strip() if done.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain") if commit else None
+    # results that runs write into book/results are outputs, not code: they leave the tree clean
+    outputs = f":(exclude){RESULTS_ROOT.relative_to(REPO_ROOT)}"
+    status = git("status", "--porcelain", "--", ".", outputs) if commit else None
     return commit, (None if status is None else bool(status))
 
 
