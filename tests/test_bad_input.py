@@ -47,13 +47,6 @@ def test_cli_sample_size(capsys, text_file, size):
     assert "--sample-size" in err and size in err
 
 
-def test_cli_plot_into_missing_folder(capsys, text_file, tmp_path):
-    target = tmp_path / "no" / "such" / "folder" / "fig.png"
-    err = cli_error(capsys, text_file, **{"--plot": str(target)})
-    assert "--plot" in err and "folder does not exist" in err
-    assert not target.parent.exists()
-
-
 def test_cli_n_beyond_position_table(capsys, text_file):
     # the packaged all-MiniLM-L6-v2 has 512 learned positions; the corpus alone would never reach them
     err = cli_error(capsys, text_file, **{"--n": "600"})
