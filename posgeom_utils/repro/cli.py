@@ -72,29 +72,30 @@ def usage(
         raise UsageError(f"{prefix}{exc}{suffix}") from exc
 
 
-def output_place(option: str, value: Any, folder: bool = False) -> Path:
-    """Where ``option`` writes: ``value`` as a path whose folder exists (missing folders
-    are created) and is writable, checked before any long work; a file path must not
-    be a folder. The one rule for ``stress --plot``, ``count --out`` and the cache
-    folder (``run --out``: :func:`.runner.run_chapters`). Chapter: *Reproduction ledger*."""
-    path = Path(value).expanduser()
-    where = path if folder else path.parent
+def place_problem(path: Path, folder: bool = False) -> str | None:
+    """Why nothing can be written at ``path`` (a file, or a folder with ``folder``), or
+    ``None``; missing folders are made. The one rule for ``stress --plot``, ``count
+    --out``, ``run --out`` and the cache folder. Chapter: *Reproduction ledger*."""
     if folder and path.exists() and not path.is_dir():
-        raise UsageError(f"{option} {str(path)!r} is a file: pass a folder")
+        return "is a file: pass a folder"
     if not folder and path.is_dir():
-        raise UsageError(
-            f"{option} {str(path)!r} is a folder: pass a file in it, e.g. "
-            f"{str(path / ('out' + (path.suffix or '.png')))!r}"
-        )
+        return "is a folder: pass a file in it"
+    where = path if folder else path.parent
     try:
         where.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=where).close()
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise UsageError(
-            f"{option} {str(path)!r}: cannot write in {str(where)!r} ({reason}); "
-            "pass a writable place"
-        ) from exc
+        return f"cannot write in {str(where)!r} ({reason}); pass a writable place"
+    return None
+
+
+def output_place(option: str, value: Any, folder: bool = False) -> Path:
+    """``value`` as a path :func:`place_problem` accepts, checked before any long work,
+    or a :class:`UsageError` naming ``option``. Chapter: *Reproduction ledger*."""
+    path = Path(value).expanduser()
+    if problem := place_problem(path, folder):
+        raise UsageError(f"{option} {str(path)!r}: {problem}")
     return path
 
 
@@ -256,9 +257,9 @@ def _marginals(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         integer(args.min_count, "--min-count", fix="pass e.g. --min-count 20")
         if args.sample_size is not None:
             integer(args.sample_size, "--sample-size", fix="omit it to use all texts")
-    if args.plot is not None:
+    if args.plot is not None:  # savefig writes a name without suffix as .png
         plot = output_place("--plot", args.plot)
-        args.plot = str(plot if plot.suffix else plot.with_suffix(".png"))
+        args.plot = str(plot.with_suffix(plot.suffix or ".png"))
     check_cache()
     corpus = _corpus(args)
     with usage(f"--model {args.model!r}: ", "", (ValueError, TypeError)):

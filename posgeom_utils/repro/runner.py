@@ -197,14 +197,11 @@ def _check_request(
 
 
 def _check_out(out: Path) -> None:
-    """``out`` is a folder, or can be made as one (nothing is created yet)."""
-    if out.exists() and not out.is_dir():
-        raise RunError("--out", f"{out} is a file: pass a folder")
-    base = next(p for p in (out, *out.parents) if p.exists())
-    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
-        raise RunError(
-            "--out", f"{out}: cannot create it in {base}; pass a writable folder"
-        )
+    """``out`` is a folder, or can be made as one (:func:`.cli.place_problem`)."""
+    from .cli import place_problem
+
+    if problem := place_problem(out, folder=True):
+        raise RunError("--out", f"{out}: {problem}")
 
 
 def _chapters(
@@ -575,13 +572,9 @@ def _run_one(
         write_json(plan.folder / "interrupted.json", record)
         raise
     except Exception as exc:  # noqa: BLE001 - recorded; the other chapters still run
-        seconds = time.perf_counter() - t0
         record = {**_attempt(plan, common, started, t0), **_error_record(exc)}
         write_json(failed, record)
-        return (
-            False,
-            seconds,
-            f"{record['error']}: {' '.join(record['message'].split())[:200]}",
-        )
+        message = " ".join(record["message"].split())[:200]
+        return False, record["wall_seconds"], f"{record['error']}: {message}"
     finally:
         partial.unlink(missing_ok=True)
