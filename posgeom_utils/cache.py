@@ -7,10 +7,16 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from .settings import cache_dir
+
+T = TypeVar("T")
+#: the user's umask: files written here get the mode ``open`` would give them
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 def cache_key(**parts: Any) -> str:
@@ -37,11 +43,30 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it 0600
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def read_or_discard(path: Path, read: Callable[[Path], T]) -> T | None:
+    """``read(path)``; ``None`` when there is no file, or when it does not load
+    (truncated, overwritten, not what it should be): then a warning names the file and
+    it is removed, so the caller computes it afresh. Chapter: *Reproduction ledger*."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return read(path)
+    except Exception as exc:  # a damaged file fails in many ways (zip, pickle, keys)
+        why = f"{type(exc).__name__}: {exc}"
+        warnings.warn(
+            f"{path} is damaged ({why}): removed, computing it afresh", stacklevel=2
+        )
+        path.unlink(missing_ok=True)
+        return None
 
 
 def write_json(path: Path, data: Any) -> Path:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -93,26 +94,74 @@ class Corpus:
         }
 
 
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line without its ending) of a UTF-8 file, gzipped when its name
+    ends in ``.gz``; a file that cannot be read raises a ``ValueError`` naming it and
+    the last line read."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    k = 0
+    try:
+        with opener(path, "rt", encoding="utf-8", newline="\n") as fh:
+            for k, line in enumerate(fh, 1):
+                yield k, line.rstrip("\r\n")
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
+        raise ValueError(
+            f"{path}, after line {k}: {type(exc).__name__}: {exc}; check the file "
+            "(truncated? compressed as its name says? UTF-8?)"
+        ) from exc
+
+
+def _label(value: object, where: str) -> int:
+    if isinstance(value, (int, str)) and str(value).strip() in ("0", "1"):
+        return int(value)
+    raise ValueError(f"{where}: label {value!r} is not 0 or 1")
+
+
 def _read_sst2(path: Path) -> tuple[list[str], np.ndarray]:
-    with open(path, encoding="utf-8") as fh:
-        header = fh.readline().rstrip("\n").split("\t")
-        rows = [line.rstrip("\n").split("\t") for line in fh if line.strip()]
-    if header == ["sentence", "label"]:
-        return [r[0].strip() for r in rows], np.array(
-            [int(r[1]) for r in rows], dtype=np.int64
+    lines = _lines(path)
+    header = next(lines, (1, ""))[1].split("\t")
+    if header not in (["sentence", "label"], ["index", "sentence"]):
+        raise ValueError(
+            f"{path}, line 1: header {header!r}, expected 'sentence<TAB>label' (or "
+            "'index<TAB>sentence' for the GLUE test split, whose labels are hidden)"
         )
-    if header == ["index", "sentence"]:  # the GLUE test split hides its labels
-        return [r[1].strip() for r in rows], np.full(len(rows), -1, dtype=np.int64)
-    raise ValueError(f"{path} does not look like a GLUE SST-2 file (header {header!r})")
+    texts, labels = [], []
+    for k, line in lines:
+        row = line.split("\t")
+        if not line.strip():
+            continue
+        if len(row) != 2:
+            raise ValueError(
+                f"{path}, line {k}: {len(row)} tab-separated fields, "
+                f"expected 2 ({' and '.join(header)})"
+            )
+        texts.append(row[header.index("sentence")].strip())
+        where = f"{path}, line {k}"
+        labels.append(_label(row[1], where) if header[1] == "label" else -1)
+    return texts, np.asarray(labels, dtype=np.int64)
 
 
 def _read_imdb(path: Path, strip_html: bool) -> tuple[list[str], np.ndarray]:
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        rows = [json.loads(line) for line in fh]
-    texts = [
-        r["text"].replace("<br />", " ") if strip_html else r["text"] for r in rows
-    ]
-    return texts, np.asarray([int(r["label"]) for r in rows], dtype=np.int64)
+    texts, labels = [], []
+    for k, line in _lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}, line {k}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"{where}: not JSON ({exc.msg}); expected one object "
+                "per line with 'text' and 'label'"
+            ) from None
+        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+            found = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise ValueError(
+                f"{where}: expected a 'text' string and a 'label', found {found}"
+            )
+        labels.append(_label(row.get("label"), where))
+        texts.append(row["text"].replace("<br />", " ") if strip_html else row["text"])
+    return texts, np.asarray(labels, dtype=np.int64)
 
 
 def _from_hub(

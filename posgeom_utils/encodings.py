@@ -17,6 +17,7 @@ def frequencies(d: int, base: float = 10000.0) -> np.ndarray:
     """The d/2 frequencies w_k = base^(-2k/d) of sinusoidal encodings and RoPE.
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     d = checks.integer(d, "d")
+    base = checks.number(base, "base", 0, low_open=True, fix="the usual base is 10000")
     if d % 2:
         raise ValueError(
             f"d must be even (sin/cos pairs, or RoPE rotation planes), got d={d}"
@@ -62,8 +63,17 @@ def alibi(n: int, slope: float | np.ndarray = 1.0) -> np.ndarray:
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     n = checks.integer(n, "n")
     slopes = np.atleast_1d(np.asarray(slope, dtype=np.float64))
-    if not np.all(np.isfinite(slopes)) or np.any(slopes <= 0):
-        raise ValueError(f"ALiBi slopes must be positive, got {slopes}")
+    if (
+        slopes.ndim != 1
+        or not slopes.size
+        or not np.all(np.isfinite(slopes) & (slopes > 0))
+    ):
+        raise checks.fail(
+            "slope",
+            "a positive number or a 1-D array of them",
+            slope,
+            "pass e.g. slope=alibi_slopes(n_heads)",
+        )
     return np.arange(n, dtype=np.float64)[:, None] * slopes[None, :]
 
 
@@ -94,15 +104,16 @@ def random_encoding(
     """A Gaussian n x d table, std 0.02 by default (BERT's initialisation).
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     size = (checks.integer(n, "n"), checks.integer(d, "d"))
-    return np.random.default_rng(seed).normal(
-        scale=0.02 if scale is None else scale, size=size
-    )
+    scale = 0.02 if scale is None else checks.number(scale, "scale", 0, low_open=True)
+    return np.random.default_rng(seed).normal(scale=scale, size=size)
 
 
 def lowrank_parameter_count(n: int, d: int, r: int) -> int:
-    """Numbers stored by P = A B^T with A (n x r), B (d x r): r (n + d).
-    Chapter: *How many numbers does a positional encoding need?*."""
-    return r * (n + d)
+    """Numbers stored by P = A B^T with A (n x r), B (d x r): r (n + d); r = 0 is the
+    constant table. Chapter: *How many numbers does a positional encoding need?*."""
+    n, d = checks.integer(n, "n"), checks.integer(d, "d")
+    fix = "a rank is at most min(n, d)"
+    return checks.integer(r, "r", 0, min(n, d), fix=fix) * (n + d)
 
 
 def saving_configurations(

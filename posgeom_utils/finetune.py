@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .cache import atomic_write
+from .cache import atomic_write, read_or_discard
 from .checks import fail, integer
 from .corpus import check_texts
 from .models import (
@@ -239,10 +239,14 @@ def save_records(path: Path, records: dict[int, np.ndarray]) -> None:
 
 
 def _load_records(path: Path | None, shape: tuple[int, int]) -> dict[int, np.ndarray]:
-    if path is None or not path.is_file():
+    def read(p: Path) -> tuple[np.ndarray, np.ndarray]:
+        with np.load(p) as saved:
+            return saved["steps"], saved["tables"]
+
+    loaded = None if path is None else read_or_discard(path, read)
+    if loaded is None:
         return {}
-    with np.load(path) as saved:
-        steps, tables = saved["steps"], saved["tables"]
+    steps, tables = loaded
     if tables.shape[1:] != shape:
         raise ValueError(
             f"{path} holds position tables of shape {tables.shape[1:]}, this run "

@@ -182,9 +182,10 @@ def stress_of_distances(E: np.ndarray, D: np.ndarray, scale: str = "raw") -> flo
 def best_scale(E: np.ndarray, D: np.ndarray) -> float:
     """The best scale s*. Chapter: *The optimal encoding: classical MDS on Hellinger
     geometry*."""
-    iu = np.triu_indices(np.asarray(D).shape[0], 1)
-    e, t = np.asarray(E)[iu], np.asarray(D)[iu]
-    return float(e @ t / (e @ e)) if float(e @ e) > 0 else 0.0
+    e, t = paired_distances(E, D)
+    if not np.any(e):
+        raise ValueError("E is all zeros (every position at one point): no scale fits")
+    return float(e @ t / (e @ e))
 
 
 def smacof(
@@ -309,18 +310,27 @@ class ViolationRate:
     kind: str
 
 
-def _as_distances(X: np.ndarray, input_kind: str) -> np.ndarray:
+def _as_distances(X: np.ndarray, input_kind: str, near: float = 1e-3) -> np.ndarray:
+    """``X`` as distances: itself (``distances``), those of its rows (``encoding``) or,
+    for ``auto``, itself when it is a distance matrix, its rows' when it is far from
+    one, and an error when it is within ``near`` (relative) of one without being one."""
     X = np.asarray(X, dtype=np.float64)
     checks.choice(input_kind, "input_kind", ("auto", "encoding", "distances"))
-    looks_like_D = (
-        X.ndim == 2
-        and X.shape[0] == X.shape[1]
-        and np.allclose(X, X.T)
-        and np.allclose(np.diag(X), 0)
-        and np.all(X >= 0)
-    )
-    if input_kind == "distances" or (input_kind == "auto" and looks_like_D):
+    if input_kind == "distances":
         return checks.distance_matrix(X, "D")
+    if input_kind == "encoding" or X.ndim != 2 or X.shape[0] != X.shape[1]:
+        return pairwise_distances(X)
+    try:
+        return checks.distance_matrix(X, "X")
+    except ValueError as exc:
+        tol = near * max(float(np.max(np.abs(X), initial=0.0)), 1e-300)
+        off = (np.abs(X - X.T).max(), np.abs(np.diag(X)).max(), -X.min())
+        if np.all(np.isfinite(X)) and max(off) <= tol:
+            raise ValueError(
+                f"X is within {near:g} (relative) of a distance matrix but not one "
+                f"({exc}): pass input_kind='distances' once it is one (e.g. (X + X.T) "
+                "/ 2, clipped at 0, zero diagonal) or input_kind='encoding' for rows"
+            ) from None
     return pairwise_distances(X)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import checks
-from .cache import atomic_write, cache_key, cache_path
+from .cache import atomic_write, cache_key, cache_path, read_or_discard
 from .corpus import Corpus, check_texts
 from .settings import progress
 
@@ -433,6 +433,8 @@ def positional_marginals(
     (cached on disk). Chapter: *Positions in real text*."""
     n, _, _ = _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view)
     checks.integer(batch_size, "batch_size")
+    if min_count is not None:
+        checks.integer(min_count, "min_count")
     corpus_key = dict(texts.key) if isinstance(texts, Corpus) else {}
     texts = check_texts(texts)
     # the content, whatever the name
@@ -442,8 +444,9 @@ def positional_marginals(
         "corpus": corpus_key,
     }
     path = cache_path("marginals", cache_key(**params), ".npz")
-    if cache and path.is_file():
-        return _apply_min_count(PositionalMarginals.load(path), min_count)
+    cached = read_or_discard(path, PositionalMarginals.load) if cache else None
+    if cached is not None:
+        return _apply_min_count(cached, min_count)
     starts = range(0, len(texts), batch_size)
     batches = (
         texts[i : i + batch_size]

@@ -5,6 +5,7 @@ vectors?*."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import checks
-from .cache import atomic_write
+from .cache import atomic_write, read_or_discard
 from .models import select_device
 from .seeding import seed_everything
 from .settings import progress
@@ -146,10 +147,11 @@ def _resume(
 ) -> tuple[History, int, list]:
     """History, step and running losses of the checkpoint at ``path``, restored into the
     model, optimiser, generator and ``track`` in place; a fresh start when there is
-    none."""
-    if path is None or not path.is_file():
+    none (or when it does not load: a warning names it and the run starts afresh)."""
+    load = partial(torch.load, map_location=device, weights_only=False)
+    state = None if path is None else read_or_discard(path, load)
+    if state is None:
         return History(), 0, []
-    state = torch.load(path, map_location=device, weights_only=False)
     changed = [k for k in _RESUME_KEYS if state["config"].get(k) != getattr(config, k)]
     if changed:
         folder = config.checkpoint_dir

@@ -159,7 +159,7 @@ def test_alibi_is_rank_one_and_shift_equivariant(n):
     assert result.effective_rank == 1
     assert stress(result.P, D) < 1e-12
     for bad in (0.0, -1.0, np.array([0.5, -0.5]), np.array([0.5, np.nan])):
-        with pytest.raises(ValueError, match="slopes must be positive"):
+        with pytest.raises(ValueError, match="slope must be a positive number"):
             alibi(n, bad)
 
 

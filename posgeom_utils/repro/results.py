@@ -12,7 +12,7 @@ import ast
 import os
 import types
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, MutableMapping
 
 import numpy as np
 
@@ -111,7 +111,9 @@ class ParametersTable:
         return self.frame.to_string()
 
 
-def show_parameters(chapter: str, namespace: Mapping[str, Any]) -> ParametersTable:
+def show_parameters(
+    chapter: str, namespace: MutableMapping[str, Any]
+) -> ParametersTable:
     """The "Parameters of this run" block of ``chapter``: every name assigned in the
     cells run before this one (the ``parameters`` cell and papermill's injected cell),
     its value, the device actually used and the meaning the ``parameters`` cell's
@@ -120,9 +122,10 @@ def show_parameters(chapter: str, namespace: Mapping[str, Any]) -> ParametersTab
     import pandas as pd
 
     comments: dict[str, str] = {}
-    for source in list(namespace.get("In", []))[:-1]:
-        for name, comment in _assignments(str(source)).items():
-            comments[name] = comment or comments.get(name, "")
+    cells = [_assignments(str(c)) for c in list(namespace.get("In", []))[:-1]]
+    for name, comment in (item for cell in cells for item in cell.items()):
+        comments[name] = comment or comments.get(name, "")
+    _apply_profile(chapter, namespace, cells)
     params = {
         k: _plain(namespace[k])
         for k in comments
@@ -144,6 +147,24 @@ def show_parameters(chapter: str, namespace: Mapping[str, Any]) -> ParametersTab
         index=pd.Index(list(params), name="parameter"),
     )
     return ParametersTable(chapter, frame)
+
+
+def _apply_profile(
+    chapter: str, namespace: MutableMapping[str, Any], cells: list[dict]
+) -> None:
+    """Give the parameters that ``profile`` sets and no cell after the ``parameters``
+    cell assigned (papermill's ``-p``) the profile's values: ``-p profile smoke`` alone
+    runs at smoke sizes, not the default ones under a smoke label."""
+    from .profiles import PROFILES, chapter_parameters
+
+    profile = namespace.get("profile", "default")
+    first = next((i for i, cell in enumerate(cells) if cell), len(cells))
+    passed = {name for cell in cells[first + 1 :] for name in cell}
+    if chapter not in PROFILES["default"]:
+        return  # a chapter of one's own (posgeom run --source-dir): no profile sizes
+    for name, value in chapter_parameters(chapter, profile).items():
+        if name not in passed:
+            namespace[name] = value
 
 
 def _start_saving() -> None:

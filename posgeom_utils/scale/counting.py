@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cache import cache_key, cache_path
+from ..cache import cache_key, cache_path, read_or_discard
 from ..checks import choice, integer
 from ..marginals import PositionalMarginals, count_batches, counting_params
 from ..settings import progress
@@ -377,6 +377,8 @@ def sharded_marginals(
     choice(executor, "executor", EXECUTORS, fix=fix)
     shards = _checked_shards(shards)
     integer(batch_size, "batch_size")
+    if min_count is not None:
+        integer(min_count, "min_count")
     integer(
         split_every, "split_every", 2, fix="a tree needs at least 2 children per node"
     )
@@ -384,8 +386,8 @@ def sharded_marginals(
     fingerprints = [shard_fingerprint(s) for s in shards]
     params["shards"] = sorted(fingerprints, key=lambda f: json.dumps(f, sort_keys=True))
     path = cache_path("marginals", cache_key(**params), ".npz")
-    if cache and path.is_file():
-        result = PositionalMarginals.load(path)
+    result = read_or_discard(path, PositionalMarginals.load) if cache else None
+    if result is not None:
         result.params["from_cache"] = True
         return _truncated(result, min_count)
     options = dict(n=n, special_tokens=special_tokens, align=align, view=view)
