@@ -39,9 +39,17 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
                          "ntk_steps": 20},
         "layerwise": {"n": 16, "other_n": 24, "sample_size": 300, "other_sample_size": 30,
                       "probe_min_count": 5, "groups": 10, "replicates": 50},
+        "learned_geometry": {"n": 16, "other_n": 12, "vocab_size": 100, "sample_size": 1500,
+                             "eval_size": 100, "d": 16, "train_steps": 20, "eval_every": 10,
+                             "n_seeds": 2, "encoding_seeds": 2, "ranks": [2],
+                             "random_tables": 5},
     },
     "default": {chapter: {} for chapter in ("positions_in_real_text", "mds_optimality", "low_rank",
-                                            "necessity", "separation", "monotonicity", "layerwise")},
+                                            "necessity", "separation", "monotonicity", "layerwise")}
+    # the chapter whose parameters cell is its reference: the book shows its memoised runs
+    | {"learned_geometry": {"n": 32, "other_n": 24, "vocab_size": 500, "sample_size": 8000,
+                            "eval_size": 500, "d": 32, "train_steps": 300, "eval_every": 50,
+                            "n_seeds": 2, "encoding_seeds": 2, "ranks": [2]}},
     # what the prose interprets: committed under book/results/reference, about half an hour on 2 cores
     "reference": {
         "positions_in_real_text": {"replicates": 1000},
@@ -55,6 +63,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "monotonicity": {"replicates": 200, "ntk_seeds": 8, "ntk_steps": 300, "width_seeds": 5,
                          "width_steps": 200},
         "layerwise": {"sample_size": 20000, "other_sample_size": 2000, "replicates": 1000},
+        "learned_geometry": {},
     },
     "paper": {
         "positions_in_real_text": {"model_name": BERT, "sample_size": None, "n": 512,
@@ -73,6 +82,10 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
                          "widths": [64, 256, 1024], "width_steps": 3000, "width_seeds": 5},
         "layerwise": {"model_name": BERT, "n": 54, "other_n": 512, "sample_size": None,
                       "other_sample_size": 25000, "probe_min_count": 100, "batch_size": 128},
+        # BERT-small sized (4 layers, width 256), the full vocabulary: one GPU, about 10 min
+        "learned_geometry": {"model_name": BERT, "n": 128, "other_n": 64, "vocab_size": None,
+                             "d": 256, "n_layers": 4, "train_steps": 3000, "batch_size": 128,
+                             "lr": 0.001, "encoding_seeds": 5},
     },
 }
 # fmt: on

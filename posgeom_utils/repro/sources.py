@@ -181,6 +181,20 @@ def code_hash(source: Path, root: Path = REPO_ROOT) -> str:
     )
 
 
+def modules_hash(modules: list[str], root: Path = REPO_ROOT) -> str:
+    """sha256 of the normalised definitions of the package ``modules``, everything they
+    import, and the pinned environment: what a memoised result of them depends on.
+    Chapter: *Reproduction ledger*."""
+    trees = [ast.parse(f"import {name}") for name in modules]
+    names = imported_modules(trees, root)
+    return _digest(
+        {
+            "definitions": _definitions(names, Path(root)),
+            "environment": environment(root),
+        }
+    )
+
+
 def package_hash(root: Path = REPO_ROOT) -> str:
     """sha256 of the normalised definitions of every package module and the pinned
     environment. Chapter: *Reproduction ledger*."""

@@ -111,6 +111,18 @@ def _exercise(
 
 
 @_exercise(
+    "ex-learned-alike",
+    "One number: within_lag_correlation of the two distance matrices.",
+)
+def check_within_lag(references: dict) -> float:
+    """Exercise *How alike are the corpus geometries?*. Chapter: *Does a trained
+    Transformer learn its corpus's geometry?*."""
+    from ..mlm import within_lag_correlation
+
+    return within_lag_correlation(references["l2"], references["hellinger"])
+
+
+@_exercise(
     "ex-positions-support", "One count per kept position: L tokens reach i when L > i."
 )
 def check_support(marginals: PositionalMarginals) -> np.ndarray:

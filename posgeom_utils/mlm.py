@@ -1,0 +1,274 @@
+"""Masked-language modelling from scratch on real text, and how a trained positional
+table's geometry compares with its corpus's. Chapter: *Does a trained Transformer learn
+its corpus's geometry?*."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy import stats
+
+from . import checks
+from .geometry import (
+    monotonicity_violation_rate,
+    pairwise_distances,
+    stress_of_distances,
+)
+from .models import select_device
+from .ntk import l2_distances, log_ratio_distances
+from .sampling import split_half_hellinger, split_texts
+from .seeding import seed_everything
+from .transformer import PositionalTransformer
+
+#: model ids: 0 pads, 1 masks, token k of the cut vocabulary (k = K: the rest) is k + 2
+PAD, MASK, SHIFT = 0, 1, 2
+
+
+def cut_vocabulary(ids: np.ndarray, K: int, keep: np.ndarray | None = None):
+    """Token ids (-1: padding) mapped to ranks ``0..K-1`` of the ``K`` most frequent
+    tokens (``keep``, else counted here), every other token to ``K``; returns (ids,
+    keep). Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
+    ids = np.asarray(ids, dtype=np.int64)
+    K = checks.integer(K, "K")
+    if keep is None:
+        values, counts = np.unique(ids[ids >= 0], return_counts=True)
+        keep = values[np.argsort(-counts, kind="stable")[:K]]
+    rank = dict(zip(keep.tolist(), range(len(keep))))
+    lookup = np.vectorize(lambda t: rank.get(t, K), otypes=[np.int64])
+    out = np.full_like(ids, -1)
+    real = ids >= 0
+    out[real] = lookup(ids[real])
+    return out, keep
+
+
+def column_shuffle(ids: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Each position's tokens permuted across texts: every ``mu_i`` kept exactly, the
+    structure within texts gone. Chapter: *Does a trained Transformer learn its corpus's
+    geometry?*."""
+    ids = np.asarray(ids)
+    if np.any(ids < 0):
+        raise ValueError("column_shuffle needs texts without padding (all of length n)")
+    rng = np.random.default_rng(seed)
+    return np.stack([ids[rng.permutation(len(ids)), i] for i in range(ids.shape[1])], 1)
+
+
+def position_counts(ids: np.ndarray, V: int) -> np.ndarray:
+    """n x V counts of token ``v`` at position ``i`` (padding, -1, not counted).
+    Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
+    ids = np.asarray(ids, dtype=np.int64)
+    n = ids.shape[1]
+    keys = (np.arange(n)[None, :] * V + ids)[ids >= 0]
+    return np.bincount(keys, minlength=n * V).reshape(n, V).astype(np.float64)
+
+
+def reference_geometries(ids: np.ndarray, V: int, splits: int = 3, seed: int = 0):
+    """The corpus geometries a trained table is compared with: split-half corrected
+    Hellinger (mean of ``splits`` random halvings), L2 and log-ratio (add-one-half
+    counts) between the ``mu_i``, and ``|i - j|``. Chapter: *Does a trained Transformer
+    learn its corpus's geometry?*."""
+    counts = position_counts(ids, V)
+    if np.any(counts.sum(1) == 0):
+        raise ValueError("a position is reached by no text: pass fewer positions n")
+    H2 = np.zeros((len(counts),) * 2)
+    for s in range(splits):
+        a, b = split_texts(len(ids), seed + s)
+        ca, cb = position_counts(ids[a == 1], V), position_counts(ids[b == 1], V)
+        weight = float(ca.sum() / counts.sum())
+        H2 += (
+            split_half_hellinger(
+                ca / ca.sum(1, keepdims=True), cb / cb.sum(1, keepdims=True), weight
+            ).H2
+            / splits
+        )
+    hellinger = np.sqrt(np.clip(H2, 0.0, None))
+    np.fill_diagonal(hellinger, 0.0)
+    smooth = (counts + 0.5) / (counts + 0.5).sum(1, keepdims=True)
+    lag = np.abs(np.subtract.outer(np.arange(len(counts)), np.arange(len(counts))))
+    return {
+        "hellinger": hellinger,
+        "l2": l2_distances(counts / counts.sum(1, keepdims=True)),
+        "logratio": log_ratio_distances(smooth),
+        "lag": lag.astype(np.float64),
+    }
+
+
+def verdict(low: float, high: float, threshold: float = 0.0) -> str:
+    """``"above"`` / ``"below"`` when the interval ``[low, high]`` lies on one side of
+    ``threshold``, else ``"not distinguishable"``: one rule for every prediction.
+    Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
+    if not low <= high:
+        raise ValueError(f"need low <= high, got [{low}, {high}]")
+    return (
+        "above"
+        if low > threshold
+        else "below"
+        if high < threshold
+        else ("not distinguishable")
+    )
+
+
+def missing_runs(configs: list[dict], directory) -> list[str]:
+    """Names of the runs of ``configs`` with no current result in the sweep store
+    ``directory`` (none there, or stored for another configuration or code).
+    Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
+    import json
+    from pathlib import Path
+
+    from .scale.sweeps import config_hash
+
+    missing = []
+    for config in configs:
+        path = Path(directory) / f"{config['name']}.json"
+        try:
+            ok = json.loads(path.read_text())["config_hash"] == config_hash(config)
+        except (OSError, ValueError, KeyError, TypeError):
+            ok = False
+        if not ok:
+            missing.append(config["name"])
+    return missing
+
+
+def _pairs(E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    i, j = np.triu_indices(E.shape[0], 1)
+    return E[i, j], j - i
+
+
+def lag_residuals(E: np.ndarray) -> np.ndarray:
+    """The upper triangle of ``E`` less the mean of its diagonal at each lag ``j - i``:
+    what cannot come from ``|i - j|``. Chapter: *Does a trained Transformer learn its
+    corpus's geometry?*."""
+    values, lag = _pairs(checks.distance_matrix(E, "E"))
+    means = np.bincount(lag, values) / np.maximum(np.bincount(lag), 1)
+    return values - means[lag]
+
+
+def within_lag_correlation(E: np.ndarray, R: np.ndarray) -> float:
+    """Pearson correlation of the lag residuals of ``E`` and ``R`` (0 when either has
+    none: a geometry of ``|i - j|`` alone). Chapter: *Does a trained Transformer learn
+    its corpus's geometry?*."""
+    e, r = lag_residuals(E), lag_residuals(R)
+    scale = np.linalg.norm(e) * np.linalg.norm(r)
+    return float(e @ r / scale) if scale > 1e-12 * max(len(e), 1) else 0.0
+
+
+def scores(P: np.ndarray, references: dict[str, np.ndarray]) -> dict[str, float]:
+    """How the table ``P``'s distances follow each reference geometry: Spearman
+    correlation, within-lag correlation and scale-fitted stress, and ``P``'s violation
+    rate. Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
+    E = pairwise_distances(np.asarray(P, dtype=np.float64), "P")
+    out = {"violation": monotonicity_violation_rate(E, input_kind="distances").rate}
+    for name, R in references.items():
+        rho = stats.spearmanr(_pairs(E)[0], _pairs(R)[0]).statistic
+        out[f"spearman_{name}"] = float(rho)
+        out[f"within_{name}"] = within_lag_correlation(E, R)
+        out[f"stress_{name}"] = stress_of_distances(E, R, scale="fitted")
+    return out
+
+
+def mask_batch(x: torch.Tensor, rate: float, generator: torch.Generator):
+    """Mask each real token with probability ``rate`` (one at least per text): inputs
+    with ``MASK`` there, and the mask. Chapter: *Does a trained Transformer learn its
+    corpus's geometry?*."""
+    real = x != PAD
+    masked = (torch.rand(x.shape, generator=generator) < rate) & real
+    first = torch.multinomial(real.float(), 1, generator=generator)
+    masked[torch.arange(len(x)), first[:, 0]] = True
+    return x.masked_fill(masked, MASK), masked
+
+
+def mlm_loss(
+    model: PositionalTransformer,
+    x: torch.Tensor,
+    masked: torch.Tensor,
+    targets: torch.Tensor,
+) -> torch.Tensor:
+    """Mean cross-entropy at the masked positions only (the head sees no other).
+    Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
+    h = model.hidden_states(x)
+    return F.cross_entropy(model.head(h[masked]).float(), targets[masked])
+
+
+def model_ids(ids: np.ndarray) -> torch.Tensor:
+    """Cut-vocabulary ids (-1: padding) as model ids. Chapter: *Does a trained
+    Transformer learn its corpus's geometry?*."""
+    return torch.as_tensor(np.where(ids < 0, PAD, ids + SHIFT), dtype=torch.long)
+
+
+def train_mlm(
+    config: dict[str, Any],
+    train: np.ndarray,
+    held_out: np.ndarray,
+    references: dict[str, np.ndarray] | None = None,
+    table: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """Train a :class:`PositionalTransformer` by masked-language modelling on ``train``
+    (cut-vocabulary ids); every ``eval_every`` steps the held-out loss (fixed masks),
+    the training seconds so far and, for a trained table, its :func:`scores`.
+    ``table``: the fixed ``mds`` table, or the start of a ``learned`` one.
+    Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
+    c = config
+    seed_everything(c["seed"])
+    x_train, x_eval = model_ids(train), model_ids(held_out)
+    positional, device = c["positional"], select_device(c.get("device", "cpu"))
+    model = PositionalTransformer(
+        int(c["K"]) + 1 + SHIFT,
+        d=c["d"],
+        n_heads=c["n_heads"],
+        n_layers=c["n_layers"],
+        max_len=train.shape[1],
+        positional=positional,
+        task="mlm",
+        rank=c.get("rank"),
+        table=table if positional == "mds" else None,
+    )
+    if table is not None and positional == "learned":
+        with torch.no_grad():
+            model.pos_table.copy_(torch.as_tensor(table, dtype=torch.float32))
+    model.to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=c["lr"])
+    generator = torch.Generator().manual_seed(c["seed"])
+    eval_x, eval_mask = mask_batch(
+        x_eval, c["mask_rate"], torch.Generator().manual_seed(0)
+    )
+    eval_x, eval_mask, x_eval = (
+        eval_x.to(device),
+        eval_mask.to(device),
+        x_eval.to(device),
+    )
+    out: dict[str, Any] = {"step": [], "seconds": [], "eval_loss": [], "scores": []}
+    learned = positional in ("learned", "lowrank")
+    seconds = 0.0
+    for step in range(c["steps"] + 1):
+        if step % c["eval_every"] == 0 or step == c["steps"]:
+            model.eval()
+            with torch.no_grad():
+                loss = mlm_loss(model, eval_x, eval_mask, x_eval).item()
+            model.train()
+            out["step"].append(step), out["seconds"].append(seconds)
+            out["eval_loss"].append(loss)
+            if learned and references:
+                P = model.positional_table().detach().double().cpu().numpy()
+                out["scores"].append(scores(P, references))
+        if step == c["steps"]:
+            break
+        start = time.perf_counter()
+        x = x_train[
+            torch.randint(len(x_train), (c["batch_size"],), generator=generator)
+        ]
+        inputs, masked = mask_batch(x, c["mask_rate"], generator)
+        loss = mlm_loss(model, inputs.to(device), masked.to(device), x.to(device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds += time.perf_counter() - start
+    out["positional_parameters"] = model.positional_parameters()
+    if learned:
+        table = model.positional_table().detach().cpu().numpy()
+        out["table"] = np.round(table, 5).tolist()
+    return out
