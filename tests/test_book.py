@@ -66,3 +66,49 @@ def test_definition_cited_across_pages_solution_folded_and_citations() -> None:
     bibliography = page("book/bibliography")
     for author in ("Cirrincione", "Vaswani", "Torgerson", "Maas", "Socher", "Press"):
         assert author in bibliography
+
+
+NUMBER = r"(-?\d+(?:\.\d+)?)"
+INTERVAL = re.compile(NUMBER + r"\s*(%?)\s*\[\s*" + NUMBER + r"\s*%?\s*,\s*" + NUMBER + r"\s*%?\s*\]")
+
+
+def visible_text(html: str) -> str:
+    """The text of a page with scripts, styles, code and tags removed, entities for minus resolved."""
+    html = re.sub(r"<(script|style|pre|code)\b.*?</\1>", " ", html, flags=re.S)
+    return re.sub(r"<[^>]+>", "", html).replace("&#8722;", "-").replace("−", "-")
+
+
+def excluded_estimates(text: str) -> list[str]:
+    """Every "estimate [low, high]" whose interval excludes the estimate beyond its printed rounding."""
+    found = []
+    for match in INTERVAL.finditer(text):
+        estimate, low, high = match.group(1), match.group(3), match.group(4)
+        digits = max(len(s.partition(".")[2]) for s in (estimate, low, high))
+        slack = 0.5 * 10 ** -digits
+        if not float(low) - slack <= float(estimate) <= float(high) + slack:
+            found.append(match.group(0))
+    return found
+
+
+def test_the_interval_scan_finds_an_excluded_estimate() -> None:
+    assert excluded_estimates("a stress of 0.426 [0.443, 0.479] at the last layer") == ["0.426 [0.443, 0.479]"]
+    assert excluded_estimates("0.43 [0.425, 0.479] and 12% [10%, 14%] and -0.2 [-0.3, 0.1]") == []
+
+
+@pytest.mark.parametrize("name", [f for f in toc_files()])
+def test_every_interval_contains_its_estimate(name: str) -> None:
+    """An interval shown beside an estimate always contains it (issue 21: '0.426 [0.443, 0.479]')."""
+    assert excluded_estimates(visible_text(page(name))) == []
+
+
+def test_the_central_experiment_shows_the_committed_reference_results() -> None:
+    """The page of the memoised chapter quotes the numbers of book/results/reference, not a build's own."""
+    import json
+
+    results = json.loads((ROOT / "book/results/reference/learned_geometry/results.json").read_text())
+    glued = results["results"]
+    assert results["parameters"]["profile"] == "reference"
+    text = visible_text(page("notebooks/learned_geometry"))
+    for key, fmt in (("final_real", ".2f"), ("peak_real", ".2f"), ("final_column", ".2f"),
+                     ("loss_mds", ".3f"), ("loss_learned", ".3f"), ("loss_none", ".3f")):
+        assert format(glued[key], fmt) in text, f"{key} = {glued[key]:{fmt}} is not on the page"

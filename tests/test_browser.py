@@ -125,6 +125,27 @@ _REPORT = """() => {
     wide_code: Array.from(document.querySelectorAll("div.highlight pre"))
       .filter(e => e.offsetParent !== null && e.scrollWidth > e.clientWidth + 1)
       .map(e => short(e.textContent.split("\\n").reduce((a, b) => (b.length > a.length ? b : a), ""))),
+    broken_numbers: (() => {
+      const out = [];
+      for (const cell of document.querySelectorAll("div.cell_output table td, div.cell_output table th")) {
+        if (cell.offsetParent === null) continue;
+        const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+          const re = /-?\d+(?:[.,]\d+)*%?/g;
+          let m;
+          while ((m = re.exec(node.nodeValue)) !== null) {
+            if (m[0].length < 2) continue;
+            const range = document.createRange();
+            range.setStart(node, m.index);
+            range.setEnd(node, m.index + m[0].length);
+            const tops = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0)
+              .map(r => Math.round(r.top)));
+            if (tops.size > 1) out.push(short(m[0] + " in: " + cell.textContent));
+          }
+        }
+      }
+      return out.slice(0, 10);
+    })(),
     wide_tables: (() => {
       const article = document.querySelector("article") || document.querySelector("main");
       if (!article) return [];
@@ -243,6 +264,9 @@ def test_page_renders_offline(book_browser: Browser, name: str) -> None:
             problems.append(f"{what}: {report[feature]} on the page, the source has {expected[feature]}")
     if report["empty_glue"]:
         problems.append(f"{report['empty_glue']} glued numbers are empty")
+    if report["broken_numbers"]:  # a number in a table is never split over two lines
+        problems.append(f"{len(report['broken_numbers'])} numbers broken across lines in tables, e.g. "
+                        f"{report['broken_numbers'][:3]}")
     if name == "book/ledger" and report["wide_tables"]:  # the ledger's tables fit the text column
         problems.append(f"{len(report['wide_tables'])} tables run past the text column, e.g. "
                         f"{report['wide_tables'][:1]}")

@@ -178,3 +178,15 @@ def test_the_committed_store_is_current() -> None:
         "the memoised runs are stale for this code: rerun `posgeom run --profile reference "
         "--chapters learned_geometry --out book/results/reference` and commit book/results")
     assert len(list(store.glob("*.json"))) == results["results"]["num_runs"]
+
+
+def test_the_paper_sized_model_trains_on_the_cpu(tiny_data) -> None:
+    """The paper profile's model (BERT-small sized: its width and depth) runs the same code on the CPU."""
+    from posgeom_utils.repro.profiles import chapter_parameters
+
+    paper = chapter_parameters("learned_geometry", "paper")
+    assert paper["d"] == 256 and paper["n_layers"] == 4 and paper["vocab_size"] is None
+    train, held, refs = tiny_data
+    out = train_mlm(tiny(d=paper["d"], n_layers=paper["n_layers"], n_heads=4, steps=2,
+                         lr=paper["lr"], batch_size=4, device="cpu"), train, held, refs)
+    assert np.array(out["table"]).shape == (6, 256) and np.isfinite(out["eval_loss"]).all()

@@ -15,7 +15,7 @@ from posgeom_utils.repro.sources import code_hash
 
 @pytest.mark.parametrize("low, high, expected", [(0.6, 0.7, "above 0.5"), (0.3, 0.4, "below 0.5"),
                                                   (0.45, 0.55, "not distinguishable from 0.5"),
-                                                  (None, 0.55, "not distinguishable from 0.5")])
+                                                  (None, 0.55, "no interval")])
 def test_interval_verdict(low, high, expected):
     assert interval_verdict(low, high, 0.5) == expected
 
@@ -37,9 +37,9 @@ def test_scale_table_shows_build_and_reference_values(tmp_path, monkeypatch):
             Row("r", "rank", fmt="d")]
     table = scale_table("necessity", rows, root=tmp_path)
     assert table.loc["accuracy", "this build"] == "0.620 ± 0.200"
-    assert table.loc["accuracy", "this build: 95% interval"] == "not distinguishable from 0.5"
+    assert table.loc["accuracy", "this build: verdict"] == "not distinguishable from 0.5"
     assert table.loc["accuracy", "reference"] == "0.810 ± 0.030"
-    assert table.loc["accuracy", "reference: 95% interval"] == "above 0.5"
+    assert table.loc["accuracy", "reference: verdict"] == "above 0.5"
     assert table.loc["gap", "reference"] == "0.300 [0.200, 0.400]"
     assert table.loc["rank", "this build"] == "8" and table.loc["rank", "reference"] == "not computed"
 

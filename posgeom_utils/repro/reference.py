@@ -30,6 +30,7 @@ __all__ = ["Row", "RESULTS_ROOT", "committed", "interval_verdict", "scale_table"
 RESULTS_ROOT = REPO_ROOT / "book" / "results"
 
 ABOVE, BELOW, NOT_DISTINGUISHABLE = "above", "below", "not distinguishable from"
+NO_INTERVAL = "no interval"
 
 
 @dataclass(frozen=True)
@@ -70,16 +71,15 @@ def _number(value: Any) -> float | None:
 
 def interval_verdict(low: float | None, high: float | None, null: float) -> str:
     """``"above 0.5"``, ``"below 0.5"`` or ``"not distinguishable from 0.5"``: where the
-    interval ``[low, high]`` lies relative to ``null`` (no interval: not
-    distinguishable). Chapter: *Reproduction ledger*."""
-    shown = f"{null:g}"
+    interval ``[low, high]`` lies relative to ``null``, by the one rule of
+    :func:`posgeom_utils.mlm.verdict`; ``"no interval"`` when there is none (nothing can
+    be concluded, and nothing is). Chapter: *Reproduction ledger*."""
+    from ..mlm import verdict
+
     if low is None or high is None:
-        return f"{NOT_DISTINGUISHABLE} {shown}"
-    if low > null:
-        return f"{ABOVE} {shown}"
-    if high < null:
-        return f"{BELOW} {shown}"
-    return f"{NOT_DISTINGUISHABLE} {shown}"
+        return NO_INTERVAL
+    side = verdict(low, high, null)
+    return f"{NOT_DISTINGUISHABLE if side == 'not distinguishable' else side} {null:g}"
 
 
 def _format(value: float, fmt: str) -> str:
@@ -159,9 +159,9 @@ def scale_table(
             {
                 "quantity": row.label,
                 "this build": build_text,
-                "this build: 95% interval": build_verdict,
+                "this build: verdict": build_verdict,
                 f"{profile}": ref_text,
-                f"{profile}: 95% interval": ref_verdict,
+                f"{profile}: verdict": ref_verdict,
             }
         )
         _glue_text(f"{glue_prefix}{row.key}", ref_text)
@@ -174,7 +174,7 @@ def scale_table(
     frame = pd.DataFrame(table).set_index("quantity")
     if not any(row.null is not None for row in rows):
         frame = frame.drop(
-            columns=["this build: 95% interval", f"{profile}: 95% interval"]
+            columns=["this build: verdict", f"{profile}: verdict"]
         )
     return frame
 
