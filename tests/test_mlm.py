@@ -190,3 +190,26 @@ def test_the_paper_sized_model_trains_on_the_cpu(tiny_data) -> None:
     out = train_mlm(tiny(d=paper["d"], n_layers=paper["n_layers"], n_heads=4, steps=2,
                          lr=paper["lr"], batch_size=4, device="cpu"), train, held, refs)
     assert np.array(out["table"]).shape == (6, 256) and np.isfinite(out["eval_loss"]).all()
+
+
+def test_the_ledger_rows_of_the_chapter_can_go_either_way() -> None:
+    """The thesis rows were written before the runs: flipping the committed numbers flips their verdicts."""
+    from posgeom_utils.repro.ledger import DIFFERENT_DEFINITION, DIFFERS, REPRODUCED, judge, load_claims
+
+    payload = json.loads((ROOT / "book/results/reference/learned_geometry/results.json").read_text())
+    claims = {c.id: c for c in load_claims() if c.chapter == "learned_geometry"}
+    assert set(claims) == {"thesis-learned-table", "thesis-positional-sufficiency", "mds-inside-model"}
+
+    def verdict_with(claim: str, **values) -> str:
+        return judge(claims[claim], {**payload, "results": {**payload["results"], **values}},
+                     "reference")["verdict"]
+
+    thesis = "thesis-learned-table"
+    assert verdict_with(thesis, final_real_low=0.05) == REPRODUCED
+    assert verdict_with(thesis, final_real_low=-0.05, peak_real_low=0.5, peak_row_high=0.2) == (
+        DIFFERENT_DEFINITION)
+    assert verdict_with(thesis, final_real_low=-0.05, peak_real_low=0.1, peak_row_high=0.2) == DIFFERS
+    assert verdict_with("thesis-positional-sufficiency", final_column_low=0.1) == REPRODUCED
+    assert verdict_with("thesis-positional-sufficiency", final_column_low=-0.1) == DIFFERS
+    assert verdict_with("mds-inside-model", loss_mds=3.0, loss_learned_high=3.5) == DIFFERENT_DEFINITION
+    assert verdict_with("mds-inside-model", loss_mds=4.0, loss_learned_high=3.5) == DIFFERS

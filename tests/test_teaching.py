@@ -23,9 +23,10 @@ import torch
 import booktools  # tests/ is on sys.path under pytest
 import posgeom_utils.teaching as teaching
 from posgeom_utils import encodings, geometry, transformer
-from posgeom_utils.corpus import synthetic_mu
+from posgeom_utils.corpus import synthetic_corpus, synthetic_mu
 from posgeom_utils.geometry import classical_mds, hellinger_distances, linear_cka
 from posgeom_utils.marginals import positional_marginals
+from posgeom_utils.mlm import reference_geometries, within_lag_correlation
 
 #: the science functions the chapters import, by name
 SCIENCE = {k: v for m in (encodings, geometry, transformer) for k, v in vars(m).items()}
@@ -69,6 +70,8 @@ def names(tokenizer) -> dict:
     ns.update(real_table=draw.standard_normal((12, 8)), P_in=draw.standard_normal((14, 8)))
     ns.update(probes={"sst2": draw.standard_normal((5, 10, 8))})
     ns.update(halves={"sst2": [draw.standard_normal((5, 10, 8)) for _ in range(2)]})
+    ns.update(references=reference_geometries(synthetic_corpus("drift", n=8, V=12, num_sequences=400).ids, 12))
+    ns.update(within_lag_correlation=within_lag_correlation)
     exec(chapter_cell("separation", "def separation("), ns)  # noqa: S102 - the chapters' own code
     exec(chapter_cell("monotonicity", "def rate("), ns)  # noqa: S102
     return ns
