@@ -198,28 +198,20 @@ def model_ids(ids: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(np.where(ids < 0, PAD, ids + SHIFT), dtype=torch.long)
 
 
-def train_mlm(
-    config: dict[str, Any],
-    train: np.ndarray,
-    held_out: np.ndarray,
-    references: dict[str, np.ndarray] | None = None,
-    table: np.ndarray | None = None,
-) -> dict[str, Any]:
-    """Train a :class:`PositionalTransformer` by masked-language modelling on ``train``
-    (cut-vocabulary ids); every ``eval_every`` steps the held-out loss (fixed masks),
-    the training seconds so far and, for a trained table, its :func:`scores`.
-    ``table``: the fixed ``mds`` table, or the start of a ``learned`` one.
-    Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
-    c = config
+def build_model(
+    config: dict[str, Any], n: int, table: np.ndarray | None = None
+) -> PositionalTransformer:
+    """The encoder of a run on ``n`` positions, on its device; ``table``: the fixed
+    ``mds`` table, or the start of a ``learned`` one. Chapter: *Does a trained
+    Transformer learn its corpus's geometry?*."""
+    c, positional = config, config["positional"]
     seed_everything(c["seed"])
-    x_train, x_eval = model_ids(train), model_ids(held_out)
-    positional, device = c["positional"], select_device(c.get("device", "cpu"))
     model = PositionalTransformer(
         int(c["K"]) + 1 + SHIFT,
         d=c["d"],
         n_heads=c["n_heads"],
         n_layers=c["n_layers"],
-        max_len=train.shape[1],
+        max_len=n,
         positional=positional,
         task="mlm",
         rank=c.get("rank"),
@@ -228,31 +220,48 @@ def train_mlm(
     if table is not None and positional == "learned":
         with torch.no_grad():
             model.pos_table.copy_(torch.as_tensor(table, dtype=torch.float32))
-    model.to(device)
+    return model.to(select_device(c.get("device", "cpu")))
+
+
+def _record(out, model, held, references, step, seconds) -> None:
+    """Append the held-out loss (and the table's scores) at ``step`` to ``out``."""
+    model.eval()
+    with torch.no_grad():
+        loss = mlm_loss(model, *held).item()
+    model.train()
+    out["step"].append(step), out["seconds"].append(seconds)
+    out["eval_loss"].append(loss)
+    if model.positional in ("learned", "lowrank") and references:
+        P = model.positional_table().detach().double().cpu().numpy()
+        out["scores"].append(scores(P, references))
+
+
+def train_mlm(
+    config: dict[str, Any],
+    train: np.ndarray,
+    held_out: np.ndarray,
+    references: dict[str, np.ndarray] | None = None,
+    table: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """Train :func:`build_model` by masked-language modelling on ``train`` (cut
+    vocabulary ids); every ``eval_every`` steps the held-out loss (fixed masks), the
+    training seconds so far and, for a trained table, its :func:`scores`.
+    Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
+    c = config
+    model = build_model(c, train.shape[1], table)
+    device = next(model.parameters()).device
+    x_train, x_eval = model_ids(train), model_ids(held_out)
     optimizer = torch.optim.AdamW(model.parameters(), lr=c["lr"])
     generator = torch.Generator().manual_seed(c["seed"])
     eval_x, eval_mask = mask_batch(
         x_eval, c["mask_rate"], torch.Generator().manual_seed(0)
     )
-    eval_x, eval_mask, x_eval = (
-        eval_x.to(device),
-        eval_mask.to(device),
-        x_eval.to(device),
-    )
+    held = (eval_x.to(device), eval_mask.to(device), x_eval.to(device))
     out: dict[str, Any] = {"step": [], "seconds": [], "eval_loss": [], "scores": []}
-    learned = positional in ("learned", "lowrank")
     seconds = 0.0
     for step in range(c["steps"] + 1):
         if step % c["eval_every"] == 0 or step == c["steps"]:
-            model.eval()
-            with torch.no_grad():
-                loss = mlm_loss(model, eval_x, eval_mask, x_eval).item()
-            model.train()
-            out["step"].append(step), out["seconds"].append(seconds)
-            out["eval_loss"].append(loss)
-            if learned and references:
-                P = model.positional_table().detach().double().cpu().numpy()
-                out["scores"].append(scores(P, references))
+            _record(out, model, held, references, step, seconds)
         if step == c["steps"]:
             break
         start = time.perf_counter()
@@ -268,7 +277,7 @@ def train_mlm(
             torch.cuda.synchronize()
         seconds += time.perf_counter() - start
     out["positional_parameters"] = model.positional_parameters()
-    if learned:
+    if model.positional in ("learned", "lowrank"):
         table = model.positional_table().detach().cpu().numpy()
         out["table"] = np.round(table, 5).tolist()
     return out
