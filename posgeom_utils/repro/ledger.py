@@ -41,6 +41,7 @@ DEFAULT_CLAIMS = Path(__file__).resolve().parents[2] / "book" / "paper_claims.ya
 
 FIELDS = (
     "id",
+    "headline",
     "chapter",
     "statement",
     "check",
@@ -81,6 +82,7 @@ class Claim:
     alternatives: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     not_checkable: str = ""
     evidence: str = ""
+    headline: str = ""
 
     def keys(self) -> list[str]:
         """Every glued key the row reads (checks, then templates), without repeats.
@@ -497,6 +499,7 @@ def build_ledger(
         record: dict[str, Any] = {
             "id": claim.id,
             "claim": claim.statement,
+            "headline": claim.headline,
             "paper": paper_shown(claim),
             "chapter": claim.chapter,
             "quantity": render(claim.quantity, (first or {}).get("results"))[0],
