@@ -131,7 +131,7 @@ _REPORT = """() => {
         if (cell.offsetParent === null) continue;
         const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
         for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-          const re = /-?\d+(?:[.,]\d+)*%?/g;
+          const re = /-?\\d+(?:[.,]\\d+)*%?/g;
           let m;
           while ((m = re.exec(node.nodeValue)) !== null) {
             if (m[0].length < 2) continue;
