@@ -131,7 +131,8 @@ _REPORT = """() => {
         if (cell.offsetParent === null) continue;
         const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
         for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-          const re = /-?\\d+(?:[.,]\\d+)*%?/g;
+          // a number: not a digit run inside a name like SST-2; scientific notation is one number
+          const re = /(?<![\\w.\\-])-?\\d+(?:[.,]\\d+)*(?:e[-+\u2212]?\\d+)?%?/g;
           let m;
           while ((m = re.exec(node.nodeValue)) !== null) {
             if (m[0].length < 2) continue;
