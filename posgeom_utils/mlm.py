@@ -107,7 +107,7 @@ def verdict(low: float, high: float, threshold: float = 0.0) -> str:
         if low > threshold
         else "below"
         if high < threshold
-        else ("not distinguishable")
+        else "not distinguishable"
     )
 
 

@@ -6,6 +6,7 @@ run alone, these tests skip when there is no build.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -95,7 +96,7 @@ def test_the_interval_scan_finds_an_excluded_estimate() -> None:
     assert excluded_estimates("0.43 [0.425, 0.479] and 12% [10%, 14%] and -0.2 [-0.3, 0.1]") == []
 
 
-@pytest.mark.parametrize("name", [f for f in toc_files()])
+@pytest.mark.parametrize("name", toc_files())
 def test_every_interval_contains_its_estimate(name: str) -> None:
     """An interval shown beside an estimate always contains it (issue 21: '0.426 [0.443, 0.479]')."""
     assert excluded_estimates(visible_text(page(name))) == []
@@ -103,8 +104,6 @@ def test_every_interval_contains_its_estimate(name: str) -> None:
 
 def test_the_central_experiment_shows_the_committed_reference_results() -> None:
     """The page of the memoised chapter quotes the numbers of book/results/reference, not a build's own."""
-    import json
-
     results = json.loads((ROOT / "book/results/reference/learned_geometry/results.json").read_text())
     glued = results["results"]
     assert results["parameters"]["profile"] == "reference"
