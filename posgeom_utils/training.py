@@ -235,3 +235,17 @@ def _train(model, X_train, y_train, X_eval, y_eval, config, callback, track) -> 
                 path, model, optimizer, step, generator, history, config, running, track
             )
     return history
+
+
+def accuracy_interval(accuracy: np.ndarray, n_eval: int) -> tuple[float, float]:
+    """Mean held-out accuracy over seeds and its 95% half-width, counting both sources
+    of noise: the seed-to-seed spread (Student t) and the evaluation set, which every
+    seed shares (the binomial error of ``n_eval`` examples at the mean accuracy).
+    Chapter: *Why a Transformer needs positions*."""
+    from scipy import stats
+
+    accuracy = np.asarray(accuracy, dtype=float)
+    k, mean = accuracy.size, float(accuracy.mean())
+    seeds = stats.t.ppf(0.975, k - 1) * accuracy.std(ddof=1) / np.sqrt(k) if k > 1 else 0.0
+    shared = 1.959964 * np.sqrt(mean * (1 - mean) / n_eval)
+    return mean, float(np.hypot(seeds, shared))

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "book" / "results" / "reference"
 
 
-def write_run(folder: Path, chapter: str, results: dict, profile: str = "default", cap: int | None = None,
+def write_run(folder: Path, chapter: str, results: dict, profile: str = "reference", cap: int | None = None,
               parameters: dict | None = None) -> None:
     """A results.json laid out as ``posgeom run`` writes it."""
     (folder / chapter).mkdir(parents=True, exist_ok=True)
@@ -125,32 +125,32 @@ def test_render_and_numbers() -> None:
 def test_numeric_verdict_is_computed_and_flips_with_the_value(tmp_path: Path) -> None:
     claims = rows_from(tmp_path, SIN)
     paper = reported("sst2_sinusoidal_stress")
-    default = tmp_path / "default"
+    default = tmp_path / "reference"
     write_run(default, "mds_optimality", {"sst2_sin_raw": paper * 1.05, "sst2_sin_fit": 0.05, "d": 384})
-    ledger = build_ledger({"default": default, "paper": tmp_path / "nothing"}, claims=claims)
-    assert ledger.loc["sin", "verdict (default)"] == REPRODUCED
-    assert ledger.loc["sin", "ours (default)"] == f"{paper * 1.05:.0f}"
+    ledger = build_ledger({"reference": default, "paper": tmp_path / "nothing"}, claims=claims)
+    assert ledger.loc["sin", "verdict (reference)"] == REPRODUCED
+    assert ledger.loc["sin", "ours (reference)"] == f"{paper * 1.05:.0f}"
     assert ledger.loc["sin", "quantity"] == "raw stress at d = 384" and ledger.loc["sin", "paper"] == "272"
     write_run(default, "mds_optimality", {"sst2_sin_raw": paper * 1.5, "sst2_sin_fit": 0.05, "d": 384})
-    ledger = build_ledger({"default": default}, claims=claims)
-    assert ledger.loc["sin", "verdict (default)"] == DIFFERS
-    assert "sst2_sin_raw = 408" in ledger.loc["sin", "evidence (default)"]
+    ledger = build_ledger({"reference": default}, claims=claims)
+    assert ledger.loc["sin", "verdict (reference)"] == DIFFERS
+    assert "sst2_sin_raw = 408" in ledger.loc["sin", "evidence (reference)"]
     write_run(default, "mds_optimality", {"sst2_sin_raw": paper * 1.5, "sst2_sin_fit": paper * 0.95, "d": 3})
-    ledger = build_ledger({"default": default}, claims=claims)
-    assert ledger.loc["sin", "verdict (default)"] == DIFFERENT_DEFINITION  # an alternative holds
-    assert "(fitted)" in ledger.loc["sin", "evidence (default)"]
+    ledger = build_ledger({"reference": default}, claims=claims)
+    assert ledger.loc["sin", "verdict (reference)"] == DIFFERENT_DEFINITION  # an alternative holds
+    assert "(fitted)" in ledger.loc["sin", "evidence (reference)"]
     write_run(default, "mds_optimality", {"d": 384})  # a key gone from the results is flagged, not judged
-    assert build_ledger({"default": default}, claims=claims).loc["sin", "verdict (default)"] == MISSING
+    assert build_ledger({"reference": default}, claims=claims).loc["sin", "verdict (reference)"] == MISSING
 
 
 def test_the_rows_verdict_and_definition_apply_when_its_check_holds(tmp_path: Path) -> None:
     claims = rows_from(tmp_path, {**SIN, "verdict": DIFFERENT_DEFINITION, "definition": "at d = {d}",
                                   "evidence": "n = {n}", "alternatives": []})
     write_run(tmp_path, "mds_optimality", {"sst2_sin_raw": reported("sst2_sinusoidal_stress"), "d": 384, "n": 48})
-    row = build_ledger({"default": tmp_path}, claims=claims).loc["sin"]
-    assert row["verdict (default)"] == DIFFERENT_DEFINITION
-    assert row["evidence (default)"].startswith("At d = 384; sst2_sin_raw = 272 == paper")
-    assert row["evidence (default)"].endswith(". N = 48.")
+    row = build_ledger({"reference": tmp_path}, claims=claims).loc["sin"]
+    assert row["verdict (reference)"] == DIFFERENT_DEFINITION
+    assert row["evidence (reference)"].startswith("At d = 384; sst2_sin_raw = 272 == paper")
+    assert row["evidence (reference)"].endswith(". N = 48.")
 
 
 def test_asserted_and_not_checkable_rows(tmp_path: Path) -> None:
@@ -159,34 +159,34 @@ def test_asserted_and_not_checkable_rows(tmp_path: Path) -> None:
     unchecked = {"id": "unchecked", "chapter": "mds_optimality", "statement": "s",
                  "value": "synthetic_mds_stress", "ours": "{x:.1f}", "not_checkable": "no corpus"}
     claims = rows_from(tmp_path, asserted, unchecked)
-    ledger = build_ledger({"default": tmp_path / "default"}, claims=claims)
-    assert ledger.loc["asserted", "verdict (default)"] == PENDING["default"]
-    assert ledger.loc["unchecked", "verdict (default)"] == NOT_CHECKABLE
-    write_run(tmp_path / "default", "mds_optimality", {"x": 2.0})
-    ledger = build_ledger({"default": tmp_path / "default"}, claims=claims)
-    assert ledger.loc["asserted", "verdict (default)"] == REPRODUCED
+    ledger = build_ledger({"reference": tmp_path / "reference"}, claims=claims)
+    assert ledger.loc["asserted", "verdict (reference)"] == PENDING["reference"]
+    assert ledger.loc["unchecked", "verdict (reference)"] == NOT_CHECKABLE
+    write_run(tmp_path / "reference", "mds_optimality", {"x": 2.0})
+    ledger = build_ledger({"reference": tmp_path / "reference"}, claims=claims)
+    assert ledger.loc["asserted", "verdict (reference)"] == REPRODUCED
     assert ledger.loc["asserted", "rule"] == "asserted by the chapter: rank == 1"
-    assert ledger.loc["unchecked", "ours (default)"] == "2.0" and ledger.loc["unchecked", "rule"] == "-"
+    assert ledger.loc["unchecked", "ours (reference)"] == "2.0" and ledger.loc["unchecked", "rule"] == "-"
 
 
 def test_real_rows_judge_fake_results(tmp_path: Path, rows) -> None:
     """The book's own rows flip with the values."""
-    default = tmp_path / "default"
+    default = tmp_path / "reference"
     write_run(default, "monotonicity", {"random_mean": 0.51, "random_tables": 20})
-    ledger = build_ledger({"default": default, "paper": tmp_path / "paper"}, claims=rows)
+    ledger = build_ledger({"reference": default, "paper": tmp_path / "paper"}, claims=rows)
     # the chance rate is a property of the null model: a check of the code, not a finding
-    assert ledger.loc["chance-violation-rate", "verdict (default)"] == BY_CONSTRUCTION
+    assert ledger.loc["chance-violation-rate", "verdict (reference)"] == BY_CONSTRUCTION
     write_run(default, "monotonicity", {"random_mean": 0.6, "random_tables": 20})
-    ledger = build_ledger({"default": default, "paper": tmp_path / "paper"}, claims=rows)
-    assert ledger.loc["chance-violation-rate", "verdict (default)"] == DIFFERS
-    assert ledger.loc["thm1-necessity", "verdict (default)"] == PENDING["default"]
-    assert ledger.loc["synthetic-mds-stress", "verdict (default)"] == NOT_CHECKABLE
+    ledger = build_ledger({"reference": default, "paper": tmp_path / "paper"}, claims=rows)
+    assert ledger.loc["chance-violation-rate", "verdict (reference)"] == DIFFERS
+    assert ledger.loc["thm1-necessity", "verdict (reference)"] == PENDING["reference"]
+    assert ledger.loc["synthetic-mds-stress", "verdict (reference)"] == NOT_CHECKABLE
 
 
 def test_pending_capped_and_stand_in_runs_are_labelled(tmp_path: Path, rows) -> None:
     paper = tmp_path / "paper"
     for folder in (tmp_path / "absent", None):
-        ledger = build_ledger({"default": tmp_path / "default", "paper": folder}, claims=rows)
+        ledger = build_ledger({"reference": tmp_path / "reference", "paper": folder}, claims=rows)
         judged = ledger[ledger["verdict (paper)"] != NOT_CHECKABLE]
         assert (judged["verdict (paper)"] == "pending a GPU run").all()
         assert verdict_counts(ledger, "paper")["pending a GPU run"] == len(judged)
@@ -197,12 +197,12 @@ def test_pending_capped_and_stand_in_runs_are_labelled(tmp_path: Path, rows) -> 
     write_run(tmp_path / "smoke", "monotonicity", {"random_mean": 0.5, "random_tables": 5}, profile="smoke",
               parameters={"dataset": "sst2", "other_dataset": "imdb", "split": "train", "sample_size": None,
                           "n": 48})
-    row = build_ledger({"default": tmp_path / "smoke"}, claims=rows).loc["chance-violation-rate"]
-    assert row["scale (default)"] == "smoke profile results standing in for default"
-    assert row["data (default)"] == "sst2/imdb train, all texts, n=48" and row["date (default)"] == "2026-01-02"
-    table = provenance_table({"default": tmp_path / "smoke", "paper": tmp_path / "absent"})
+    row = build_ledger({"reference": tmp_path / "smoke"}, claims=rows).loc["chance-violation-rate"]
+    assert row["scale (reference)"] == "smoke profile results standing in for reference"
+    assert row["data (reference)"] == "sst2/imdb train, all texts, n=48" and row["date (reference)"] == "2026-01-02"
+    table = provenance_table({"reference": tmp_path / "smoke", "paper": tmp_path / "absent"})
     assert table.loc[("paper", "(all)"), "scale"] == "pending a GPU run"
-    assert table.loc[("default", "monotonicity"), "commit"] == "0123456789"
+    assert table.loc[("reference", "monotonicity"), "commit"] == "0123456789"
 
 
 # --------------------------------------------------------------------------- the rows themselves

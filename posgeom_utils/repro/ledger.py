@@ -35,7 +35,7 @@ PENDING = {p: f"pending a {p} run" for p in ("smoke", "default", "reference")} |
     "paper": "pending a GPU run"
 }
 MISSING = "missing result"
-LEDGER_PROFILES = ("default", "reference", "paper")
+LEDGER_PROFILES = ("reference", "paper")
 #: where the rows live
 DEFAULT_CLAIMS = Path(__file__).resolve().parents[2] / "book" / "paper_claims.yaml"
 

@@ -1,12 +1,12 @@
-"""Named parameter sets for the chapters: ``smoke`` (tests), ``default`` (the book
-build), ``reference`` (what the prose interprets: committed results, about half an
-hour on a 2-core CPU), ``paper`` (GPU).
+"""Named parameter sets for the chapters: ``smoke`` (seconds: tests and class),
+``default`` (a chapter in minutes on a laptop), ``reference`` (what the book shows:
+committed results, about half an hour on a 2-core CPU, memoised), ``paper`` (GPU).
 
 The ``paper`` profile uses the paper's model, ``bert-base-uncased`` (it needs the
 Hugging Face hub or a local copy); ``posgeom run --model ...`` replaces it, e.g. by
 the packaged MiniLM for a capped CPU run.
 
-Chapter: *Reproduction ledger*. The ``default`` profile is each notebook's own
+Chapter: *Reproduction ledger*. The ``reference`` profile is each notebook's own
 ``parameters`` cell; the other profiles override some of its values through
 papermill."""
 
@@ -44,27 +44,28 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
                              "n_seeds": 2, "encoding_seeds": 2, "ranks": [2],
                              "random_tables": 5},
     },
-    "default": {chapter: {} for chapter in ("positions_in_real_text", "mds_optimality", "low_rank",
-                                            "necessity", "separation", "monotonicity", "layerwise")}
-    # the chapter whose parameters cell is its reference: the book shows its memoised runs
-    | {"learned_geometry": {"n": 32, "other_n": 24, "vocab_size": 500, "sample_size": 8000,
-                            "eval_size": 500, "d": 32, "train_steps": 300, "eval_every": 50,
-                            "n_seeds": 2, "encoding_seeds": 2, "ranks": [2]}},
-    # what the prose interprets: committed under book/results/reference, about half an hour on 2 cores
-    "reference": {
-        "positions_in_real_text": {"replicates": 1000},
-        "mds_optimality": {"replicates": 150},
-        "low_rank": {"probe_size": 3000, "probe_ranks": [0, 1, 2, 3, 4, 6, 8, 12, 16], "n_seeds": 8,
-                     "task_size": 8000, "train_steps": 400, "replicates": 200, "rank_replicates": 50},
-        "necessity": {"sample_size": 6000, "n_seeds": 8, "train_steps": 400},
-        "separation": {"n_seeds": 6, "control_seeds": 5, "d": 32, "n_layers": 2, "train_steps": 300,
-                       "task_size": 8000, "gd_sequences": 512, "gd_steps": 300, "finetune_steps": 60,
-                       "finetune_seeds": 5},
-        "monotonicity": {"replicates": 200, "ntk_seeds": 8, "ntk_steps": 300, "width_seeds": 5,
-                         "width_steps": 200},
-        "layerwise": {"sample_size": 20000, "other_sample_size": 2000, "replicates": 1000},
-        "learned_geometry": {},
+    # a chapter in minutes on a laptop (the parameters cells hold the reference profile)
+    "default": {
+        "positions_in_real_text": {"replicates": 200},
+        "mds_optimality": {"replicates": 10},
+        "low_rank": {"probe_size": 800, "probe_ranks": [0, 1, 2, 4, 8], "n_seeds": 5,
+                     "task_size": 4000, "train_steps": 200, "replicates": 20, "rank_replicates": 5},
+        "necessity": {"sample_size": 1500, "n_seeds": 5, "train_steps": 200},
+        "separation": {"n_seeds": 5, "control_seeds": 3, "d": 16, "n_layers": 1, "train_steps": 110,
+                       "task_size": 4000, "gd_sequences": 256, "gd_steps": 100, "finetune_steps": 40,
+                       "finetune_seeds": 3},
+        "monotonicity": {"replicates": 60, "ntk_seeds": 5, "ntk_steps": 100, "width_seeds": 2,
+                         "width_steps": 60},
+        "layerwise": {"sample_size": 4000, "other_sample_size": 300, "replicates": 200},
+        "learned_geometry": {"n": 32, "other_n": 24, "vocab_size": 500, "sample_size": 8000,
+                             "eval_size": 500, "d": 32, "train_steps": 300, "eval_every": 50,
+                             "n_seeds": 2, "encoding_seeds": 2, "ranks": [2]},
     },
+    # what the book shows: each chapter's parameters cell, its expensive runs memoised in
+    # book/results/store and its numbers committed under book/results/reference
+    "reference": {chapter: {} for chapter in (
+        "positions_in_real_text", "mds_optimality", "low_rank", "necessity", "separation",
+        "monotonicity", "layerwise", "learned_geometry")},
     "paper": {
         "positions_in_real_text": {"model_name": BERT, "sample_size": None, "n": 512,
                                    "min_count": 100},

@@ -1,0 +1,72 @@
+"""posgeom_utils.repro.store: memoised reference runs, keyed by configuration and by the chapter's normalised code."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from posgeom_utils.repro import store
+from posgeom_utils.repro.results import RESULTS_ENV
+from posgeom_utils.repro.store import StaleStoreError, memoised, memoised_sweep
+
+HEADER = "---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n---\n\n"
+CHAPTERS = {
+    "v1": HEADER + '```{code-cell} ipython3\ndef run(config):\n    """Twice a."""\n    return {"x": config["a"] * 2}\n```\n',
+    # the same code: another docstring, a comment, another layout, other prose
+    "v2": HEADER + "Some prose.\n\n```{code-cell} ipython3\ndef run(config):\n    \"\"\"Two times a.\"\"\"\n"
+          '    # double it\n    return {"x": config["a"]*2}\n```\n',
+    "v3": HEADER + '```{code-cell} ipython3\ndef run(config):\n    """Twice a."""\n    return {"x": config["a"] * 3}\n```\n',
+}
+
+
+def double(config):
+    return {"x": config["a"] * 2}
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    """A checkout with one chapter, ``toy``, and its store; ``toy(version)`` writes the chapter's code."""
+    monkeypatch.setattr(store, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(store, "STORE", tmp_path / "store")
+    monkeypatch.delenv("POSGEOM_EXECUTOR", raising=False)
+    (tmp_path / "notebooks").mkdir()
+    shutil.copy(Path(store.__file__).resolve().parents[2] / "requirements.txt", tmp_path / "requirements.txt")
+
+    def write(version: str) -> None:
+        (tmp_path / "notebooks" / "toy.md").write_text(CHAPTERS[version])
+    return write
+
+
+def sweep(profile="reference"):
+    runs = [{"name": f"a{a}", "a": a} for a in (1, 2)]
+    return [r["x"] for r in memoised_sweep(double, runs, chapter="toy", name="double", profile=profile)]
+
+
+def test_the_book_build_reads_the_store_and_refuses_a_stale_one(tmp_path, toy, monkeypatch):
+    toy("v1")
+    with pytest.raises(StaleStoreError, match=r"posgeom run --profile reference --chapters toy"):
+        sweep()  # nothing stored yet: the book build stops before computing
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "results.json"))  # under `posgeom run`: computed, stored
+    assert sweep() == [2, 4]
+    folder = tmp_path / "store" / "toy" / "double"
+    assert sorted(p.name for p in folder.iterdir()) == ["a1.json", "a2.json"]
+    monkeypatch.delenv(RESULTS_ENV)
+    # the same code (a docstring, a comment, a reformat, prose): read from the store, not recomputed
+    toy("v2")
+    (folder / "a1.json").write_text((folder / "a1.json").read_text().replace('"x": 2', '"x": 99'))
+    assert sweep() == [99, 4]
+    toy("v3")  # a change of behaviour: stale, never shown silently
+    with pytest.raises(StaleStoreError, match="2 of the 2"):
+        sweep()
+
+
+def test_other_profiles_never_touch_the_store(tmp_path, toy):
+    toy("v1")
+    assert sweep(profile="smoke") == [2, 4]
+    assert not (tmp_path / "store").exists()
+    assert memoised(double, {"a": 5}, chapter="toy", name="one", profile="default") == {"x": 10}
+    assert memoised(double, {"a": 5}, chapter="gone", name="one", profile="default") == {"x": 10}
+    with pytest.raises(FileNotFoundError, match="chapter='gone'"):
+        memoised(double, {"a": 5}, chapter="gone", name="one", profile="reference")
