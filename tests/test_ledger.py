@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posgeom_utils.repro.ledger import (BY_CONSTRUCTION, DIFFERENT_DEFINITION, DIFFERS, MISSING,
+from posgeom_utils.repro.ledger import (BY_CONSTRUCTION, DIFFERENT_DEFINITION, NOT_IDENTIFIABLE, DIFFERS, MISSING,
                                         NOT_CHECKABLE, PENDING, REPRODUCED, ClaimError, as_number,
                                         build_ledger, check_keys, evaluate_check, load_claims,
                                         provenance_table, render, rule_text, verdict_counts)
@@ -134,13 +134,30 @@ def test_numeric_verdict_is_computed_and_flips_with_the_value(tmp_path: Path) ->
     write_run(default, "mds_optimality", {"sst2_sin_raw": paper * 1.5, "sst2_sin_fit": 0.05, "d": 384})
     ledger = build_ledger({"reference": default}, claims=claims)
     assert ledger.loc["sin", "verdict (reference)"] == DIFFERS
-    assert "sst2_sin_raw = 408" in ledger.loc["sin", "evidence (reference)"]
+    assert "sst2_sin_raw = 408" in ledger.loc["sin", "check (reference)"]
     write_run(default, "mds_optimality", {"sst2_sin_raw": paper * 1.5, "sst2_sin_fit": paper * 0.95, "d": 3})
     ledger = build_ledger({"reference": default}, claims=claims)
     assert ledger.loc["sin", "verdict (reference)"] == DIFFERENT_DEFINITION  # an alternative holds
-    assert "(fitted)" in ledger.loc["sin", "evidence (reference)"]
+    assert "It holds fitted" in ledger.loc["sin", "evidence (reference)"]
     write_run(default, "mds_optimality", {"d": 384})  # a key gone from the results is flagged, not judged
     assert build_ledger({"reference": default}, claims=claims).loc["sin", "verdict (reference)"] == MISSING
+
+
+def test_a_search_match_that_many_settings_share_is_not_identifiable(tmp_path: Path) -> None:
+    """Issue 22: a definition found by a search identifies nothing when chance explains the match."""
+    searched = {**SIN, "alternatives": [{"check": {"key": "sst2_sin_fit", **NEAR}, "definition": "best setting",
+                                         "matches": ["settings", "fraction"]}]}
+    claims = rows_from(tmp_path, searched)
+    paper = reported("sst2_sinusoidal_stress")
+    for settings, fraction, verdict in ((24960, 0.0115, NOT_IDENTIFIABLE), (100, 0.01, DIFFERENT_DEFINITION)):
+        write_run(tmp_path, "mds_optimality", {"sst2_sin_raw": paper * 1.5, "sst2_sin_fit": paper, "d": 384,
+                                               "settings": settings, "fraction": fraction})
+        row = build_ledger({"reference": tmp_path}, claims=claims).loc["sin"]
+        assert row["verdict (reference)"] == verdict
+    write_run(tmp_path, "mds_optimality", {"sst2_sin_raw": paper * 1.5, "sst2_sin_fit": paper, "d": 384,
+                                           "settings": 24960, "fraction": 0.0115})
+    evidence = build_ledger({"reference": tmp_path}, claims=claims).loc["sin", "evidence (reference)"]
+    assert "about 287 settings of the search match as well" in evidence
 
 
 def test_the_rows_verdict_and_definition_apply_when_its_check_holds(tmp_path: Path) -> None:
@@ -149,8 +166,8 @@ def test_the_rows_verdict_and_definition_apply_when_its_check_holds(tmp_path: Pa
     write_run(tmp_path, "mds_optimality", {"sst2_sin_raw": reported("sst2_sinusoidal_stress"), "d": 384, "n": 48})
     row = build_ledger({"reference": tmp_path}, claims=claims).loc["sin"]
     assert row["verdict (reference)"] == DIFFERENT_DEFINITION
-    assert row["evidence (reference)"].startswith("At d = 384; sst2_sin_raw = 272 == paper")
-    assert row["evidence (reference)"].endswith(". N = 48.")
+    assert row["evidence (reference)"] == "At d = 384. N = 48."  # sentences: the definition, the evidence
+    assert row["check (reference)"].startswith("sst2_sin_raw = 272 == paper")
 
 
 def test_asserted_and_not_checkable_rows(tmp_path: Path) -> None:

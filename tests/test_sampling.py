@@ -57,6 +57,30 @@ def test_under_the_null_the_correction_is_centred_and_the_plug_in_is_not(s):
     assert abs(corr) < 0.1 * plug and abs(corr) < 0.01
 
 
+def test_with_unequal_counts_the_correction_is_biased_upwards_and_equal_counts_remove_it():
+    """The condition of the split-half proposition: equal distributions at positions i and j give a corrected
+    d_H^2 centred at 0 only when the two positions have equal numbers of samples. With unequal counts the
+    rarer position's square-root estimate shrinks more, and the difference of the shrinkages is a positive
+    bias (issue 22: on SST-2 the counts fall steeply with position)."""
+    mu = _true_mu("stationary")[:2]  # two positions with the same distribution
+    rng = np.random.default_rng(5)
+
+    def mean_corrected(counts: tuple[int, int], reps: int = 40) -> tuple[float, float]:
+        values = []
+        for _ in range(reps):
+            halves = [np.stack([rng.multinomial(c // 2, m) / (c // 2) for c, m in zip(counts, mu)])
+                      for _ in range(2)]
+            values.append(split_half_hellinger(*halves).H2[0, 1])
+        return float(np.mean(values)), float(np.std(values, ddof=1) / np.sqrt(reps))
+
+    equal, equal_se = mean_corrected((4000, 4000))
+    unequal, unequal_se = mean_corrected((40000, 400))
+    assert abs(equal) < 3 * equal_se + 1e-3  # equal counts: centred at 0
+    assert unequal > 10 * unequal_se and unequal > 0.05  # unequal counts: biased upwards, far beyond noise
+    thinned, thinned_se = mean_corrected((400, 400))  # the same pair thinned to the rarer position's count
+    assert abs(thinned) < 3 * thinned_se + 1e-3
+
+
 def test_the_correction_converges_to_the_truth_and_beats_the_plug_in():
     sizes = [100, 1000, 10000, 200000]
     errors = [_biases("drift", s) for s in sizes]

@@ -29,7 +29,15 @@ DIFFERENT_DEFINITION = "reproduced with a different definition"
 BY_CONSTRUCTION = "holds by construction"
 DIFFERS = "differs"
 NOT_CHECKABLE = "not checkable here"
-VERDICTS = (REPRODUCED, DIFFERENT_DEFINITION, BY_CONSTRUCTION, DIFFERS, NOT_CHECKABLE)
+NOT_IDENTIFIABLE = "not identifiable"
+VERDICTS = (
+    REPRODUCED,
+    DIFFERENT_DEFINITION,
+    NOT_IDENTIFIABLE,
+    BY_CONSTRUCTION,
+    DIFFERS,
+    NOT_CHECKABLE,
+)
 #: the verdict when a chapter's results for a profile are absent, or lack a key the check needs
 PENDING = {p: f"pending a {p} run" for p in ("smoke", "default", "reference")} | {
     "paper": "pending a GPU run"
@@ -186,7 +194,11 @@ def _row(item: Mapping[str, Any]) -> Claim:
         )
     text = {k: " ".join(str(v).split()) for k, v in item.items() if isinstance(v, str)}
     alternatives = tuple(
-        {"check": a["check"], "definition": " ".join(a["definition"].split())}
+        {
+            "check": a["check"],
+            "definition": " ".join(a["definition"].split()),
+            "matches": tuple(a.get("matches", ())),
+        }
         for a in item.get("alternatives", [])
     )
     return Claim(**{**item, **text, "alternatives": alternatives})
@@ -412,60 +424,67 @@ def _sentences(*parts: str) -> str:
     return ". ".join(kept) + ("." if kept else "")
 
 
+def search_matches(keys: tuple[str, ...], results: Mapping[str, Any]) -> float | None:
+    """How many settings of a definition search match the paper's number(s): the
+    product of the glued ``keys`` (a count of settings times the fractions that match),
+    or None when the alternative came from no search. A match is *identifiable* only
+    when fewer than 2 settings match. Chapter: *Reproduction ledger*."""
+    if not keys:
+        return None
+    found = 1.0
+    for key in keys:
+        value = as_number(results.get(key))
+        if value is None:
+            return None
+        found *= value
+    return found
+
+
 def judge(
     claim: Claim, payload: Mapping[str, Any] | None, profile: str
 ) -> dict[str, str]:
     """The verdict of ``claim`` on one profile's results of its chapter: ``{"ours",
-    "verdict", "evidence"}``; when the check fails, an alternative that holds gives
-    *reproduced with a different definition*. Chapter: *Reproduction ledger*."""
+    "verdict", "evidence", "check"}`` (the evidence in sentences, the check as
+    computed); when the check fails, an alternative that holds gives *reproduced with a
+    different definition*, or *not identifiable* when it is a match of a definition
+    search that many settings share. Chapter: *Reproduction ledger*."""
     results = payload["results"] if payload is not None else None
     ours, missing = render(claim.ours, results)
     if claim.not_checkable:
         shown = ours if results is not None and not missing else ""
-        return {
-            "ours": shown,
-            "verdict": NOT_CHECKABLE,
-            "evidence": claim.not_checkable,
-        }
+        return {"ours": shown, "verdict": NOT_CHECKABLE, "evidence": claim.not_checkable,
+                "check": ""}
     if results is None:
-        return {
-            "ours": "",
-            "verdict": PENDING.get(profile, f"pending a {profile} run"),
-            "evidence": "",
-        }
+        return {"ours": "", "verdict": PENDING.get(profile, f"pending a {profile} run"),
+                "evidence": "", "check": ""}
     absent = [k for k in check_keys(claim.check) if k not in results]
     if absent:
-        return {
-            "ours": ours,
-            "verdict": MISSING,
-            "evidence": f"missing key(s) {absent} in results.json",
-        }
+        return {"ours": ours, "verdict": MISSING, "evidence": "",
+                "check": f"missing key(s) {absent} in results.json"}
     evidence = render(claim.evidence, results)[0]
     passed, message = evaluate_check(claim.check, results)
     if passed:
-        definition = render(claim.definition, results)[0]
-        lead = f"{definition}; " if claim.verdict != REPRODUCED and definition else ""
-        return {
-            "ours": ours,
-            "verdict": claim.verdict,
-            "evidence": _sentences(lead + message, evidence),
-        }
+        definition = render(claim.definition, results)[0] if claim.verdict != REPRODUCED else ""
+        return {"ours": ours, "verdict": claim.verdict,
+                "evidence": _sentences(definition, evidence), "check": message}
     tried = [message]
     for alt in claim.alternatives:
         alt_passed, alt_message = evaluate_check(alt["check"], results)
-        if alt_passed:
-            text = f"{message}, but {alt_message} ({render(alt['definition'], results)[0]})"
-            return {
-                "ours": ours,
-                "verdict": DIFFERENT_DEFINITION,
-                "evidence": _sentences(text, evidence),
-            }
         tried.append(alt_message)
-    return {
-        "ours": ours,
-        "verdict": DIFFERS,
-        "evidence": _sentences("; ".join(tried), evidence),
-    }
+        if alt_passed:
+            found = search_matches(alt["matches"], results)
+            shared = found is not None and found >= 2  # a search match that chance explains
+            text = "it holds " + render(alt["definition"], results)[0]
+            if shared:
+                text += (f"; about {found:,.0f} settings of the search match as well, so the "
+                         "match does not tell which definition the paper used")
+            return {"ours": ours,
+                    "verdict": NOT_IDENTIFIABLE if shared else DIFFERENT_DEFINITION,
+                    "evidence": _sentences("As the paper defines it, the check fails", text,
+                                           evidence),
+                    "check": "; ".join(tried)}
+    return {"ours": ours, "verdict": DIFFERS, "evidence": _sentences(evidence),
+            "check": "; ".join(tried)}
 
 
 def paper_shown(claim: Claim) -> str:

@@ -2,7 +2,7 @@
 
 Chapter: *Reproduction ledger*. The book is built at the ``reference`` profile. Its
 expensive steps (training runs, probes, bootstrap grids) go through
-:func:`memoised_sweep`, which keys every run by its configuration *and* by everything
+:func:`memoised_sweep`, which keys every run by its configuration and by everything
 that can change its result: the chapter's code cells and the package code they import,
 normalised (:func:`~posgeom_utils.repro.sources.code_hash`: a docstring, a comment, a
 reformat or a move of a function between those modules keeps the key; any change of
