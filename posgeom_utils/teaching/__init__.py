@@ -357,3 +357,16 @@ def exercises(source_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(
         rows, columns=["chapter", "label", "title", "difficulty", "computational"]
     )
+
+
+def prose_words(source: Path) -> int:
+    """Words of prose in a MyST chapter before its exercises (code cells, front matter,
+    roles and directives' options left out): what a reader reads. Chapter: *Teaching
+    with this book*."""
+    text = Path(source).read_text(encoding="utf-8")
+    text = re.sub(r"^---\n.*?\n---\n", "", text, count=1, flags=re.S)
+    text = re.sub(r"```\{code-cell\}.*?\n```", "", text, flags=re.S)
+    text = text.split("\n## Exercises")[0]
+    text = re.sub(r"\{[a-z:-]+\}`[^`]*`", "X", text)
+    text = re.sub(r"^:[a-z-]+:.*$", "", text, flags=re.M)
+    return len(re.findall(r"[A-Za-z][A-Za-z'-]*", text))
