@@ -122,3 +122,10 @@ def test_every_chapter_shows_its_committed_reference_results(chapter: str) -> No
         assert shown in text, f"{key} = {shown} is not on the page"
         checked += 1
     assert checked >= 10, f"only {checked} glued numbers of {chapter} were checked"
+
+
+@pytest.mark.parametrize("name", toc_files())
+def test_no_stray_object_repr_is_shown(name: str) -> None:
+    """A cell whose last expression returns an object shows its repr (issue 21: 'Generator(PCG64) at 0x...')."""
+    shown = re.sub(r"<[^>]+>", "", page(name))  # outputs included (visible_text drops <pre>)
+    assert not re.findall(r"\bat 0x[0-9A-Fa-f]{6,}", shown)

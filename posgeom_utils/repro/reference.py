@@ -69,12 +69,10 @@ def provenance_line(chapter: str, root: Path = RESULTS_ROOT) -> str:
     )
 
 
-def glue_provenance(chapter: str) -> str:
+def glue_provenance(chapter: str) -> None:
     """Glue :func:`provenance_line` of ``chapter`` as ``provenance`` for the page only
-    (not into the chapter's results, which it describes). Chapter: *Reproduction
-    ledger*."""
+    (not into the chapter's results, which it describes; returns nothing, so a cell
+    that ends with it shows nothing). Chapter: *Reproduction ledger*."""
     from myst_nb import glue
 
-    line = provenance_line(chapter)
-    glue("provenance", line, display=False)
-    return line
+    glue("provenance", provenance_line(chapter), display=False)
