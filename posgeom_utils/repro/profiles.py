@@ -36,7 +36,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
                          "random_tables": 5, "task_size": 1000, "train_steps": 20,
                          "synthetic_sequences": 600, "widths": [8, 32], "width_steps": 30,
                          "width_seeds": 1, "replicates": 5, "ntk_widths": [8, 32], "ntk_seeds": 2,
-                         "ntk_steps": 20, "flow_steps": 200},
+                         "ntk_steps": 20, "flow_width": 64, "flow_steps": 200},
         "layerwise": {"n": 16, "other_n": 24, "sample_size": 300, "other_sample_size": 30,
                       "probe_min_count": 5, "groups": 10, "replicates": 50},
         "learned_geometry": {"n": 16, "other_n": 12, "vocab_size": 100, "sample_size": 1500,
