@@ -29,6 +29,7 @@ def sinusoidal(n: int, d: int, base: float = 10000.0) -> np.ndarray:
     """Sinusoidal, n x d. Chapter: *The optimal encoding: classical MDS on Hellinger
     geometry*."""
     n = checks.integer(n, "n")
+    # the computation
     angles = np.arange(n, dtype=np.float64)[:, None] * frequencies(d, base)[None, :]
     P = np.empty((n, d))
     P[:, 0::2], P[:, 1::2] = np.sin(angles), np.cos(angles)
@@ -39,6 +40,7 @@ def rope(n: int, d_head: int, n_heads: int = 1, base: float = 10000.0) -> np.nda
     """RoPE's geometry, the orbit R_i x (x of unit norm per plane), one block per head.
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     n_heads = checks.integer(n_heads, "n_heads")
+    # the computation
     return np.tile(sinusoidal(n, d_head, base), (1, n_heads))
 
 
@@ -74,6 +76,7 @@ def alibi(n: int, slope: float | np.ndarray = 1.0) -> np.ndarray:
             slope,
             "pass e.g. slope=alibi_slopes(n_heads)",
         )
+    # the computation
     return np.arange(n, dtype=np.float64)[:, None] * slopes[None, :]
 
 
@@ -83,6 +86,7 @@ def mds_encoding(D: np.ndarray, d: int, r: int | None = None) -> np.ndarray:
     positional encoding need?*."""
     D = checks.distance_matrix(D)
     d = checks.integer(d, "d")
+    # the computation
     # one eigendecomposition; every rank is a slice of it
     result = classical_mds(D, D.shape[0])
     k = (
@@ -263,6 +267,7 @@ def standard_encodings(
         raise ValueError(
             f"d={d} must be divisible by n_heads={n_heads}: pick another n_heads"
         )
+    # the computation
     d_head = d // n_heads
     mds = classical_mds(D, n)  # one eigendecomposition; every rank is a slice of it
     out = {"MDS, full rank": mds.P[:, : max(mds.effective_rank, 1)]}

@@ -30,6 +30,7 @@ def bhattacharyya(mu: Any, validate: bool = True) -> np.ndarray:
     """BC_ij = sum_v sqrt(mu_iv mu_jv), in [0, 1]. Chapter: *Positions in real text*."""
     if validate:
         checks.probability_rows(mu)
+    # the computation
     root = _sqrt_rows(mu)
     bc = _dense(root @ root.T)
     norms = np.sqrt(np.clip(np.diag(bc), np.finfo(float).tiny, None))
@@ -90,6 +91,7 @@ def double_centred_gram(D: np.ndarray) -> np.ndarray:
     """B = -1/2 J D^2 J with J = I - 11^T / n ({prf:ref}`def-gram`).
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     D = checks.distance_matrix(D)
+    # the computation
     D2 = D * D
     B = -0.5 * (D2 - D2.mean(axis=0)[None, :] - D2.mean(axis=1)[:, None] + D2.mean())
     return (B + B.T) / 2
@@ -137,6 +139,7 @@ def classical_mds(D: np.ndarray, r: int | None = None, tol: float = 1e-9) -> MDS
     (``r=None``: the effective rank). Chapter: *The optimal encoding: classical MDS on
     Hellinger geometry*."""
     tol = checks.number(tol, "tol", 0, 1, high_open=True)
+    # the computation
     B = double_centred_gram(D)
     if r is not None:
         r = checks.integer(r, "r", 1, B.shape[0])
@@ -169,6 +172,7 @@ def stress_of_distances(E: np.ndarray, D: np.ndarray, scale: str = "raw") -> flo
     """Normalised stress of a distance matrix ``E`` against ``D`` (their upper
     triangles). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     checks.choice(scale, "scale", ("raw", "fitted"))
+    # the computation
     e, t = paired_distances(E, D)
     denom = float(t @ t)
     if denom == 0:
@@ -202,6 +206,7 @@ def smacof(
 
     D = checks.distance_matrix(D)
     r = checks.integer(r, "r", 1, D.shape[0])
+    # the computation
     start = (
         classical_mds(D, r).P if init is None else np.asarray(init, dtype=np.float64)
     )
@@ -229,6 +234,7 @@ def toeplitz_distances(f: np.ndarray) -> np.ndarray:
     f = checks.finite_array(f, "f", ndim=1)
     if f[0] != 0 or np.any(f < 0):
         raise ValueError("f must have f(0) = 0 and no negative value: it is a distance")
+    # the computation
     i = np.arange(f.size)
     return f[np.abs(i[:, None] - i[None, :])]
 
@@ -247,6 +253,7 @@ def cosine_correlation(v: np.ndarray, k: int) -> float:
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     v = checks.finite_array(v, "v", ndim=1)
     k = checks.integer(k, "k", fix="mode 0 is the constant")
+    # the computation
     centred = v - v.mean()
     norm = np.linalg.norm(centred)
     if norm == 0:
@@ -280,6 +287,7 @@ def stress_by_rank(D: np.ndarray, ranks: list[int]) -> "pd.DataFrame":
     import pandas as pd
 
     D = checks.distance_matrix(D)
+    # the computation
     rank = classical_mds(D).effective_rank
     rows = []
     for r in ranks:
@@ -316,6 +324,7 @@ def _as_distances(X: np.ndarray, input_kind: str, near: float = 1e-3) -> np.ndar
     one, and an error when it is within ``near`` (relative) of one without being one."""
     X = np.asarray(X, dtype=np.float64)
     checks.choice(input_kind, "input_kind", ("auto", "encoding", "distances"))
+    # the computation
     if input_kind == "distances":
         return checks.distance_matrix(X, "D")
     if input_kind == "encoding" or X.ndim != 2 or X.shape[0] != X.shape[1]:
@@ -406,6 +415,7 @@ def monotonicity_violation_rate(
     if sample is not None:
         sample = checks.integer(sample, "sample")
     tie_tol = checks.number(tie_tol, "tie_tol", 0)
+    # the computation
     D = _as_distances(X, input_kind)
     eps = tie_tol * float(np.max(D, initial=0.0))
     if D.shape[0] < 3:
@@ -451,6 +461,7 @@ def linear_cka(X: np.ndarray, Y: np.ndarray) -> float:
         raise ValueError(
             f"X and Y must have the same n >= 2 rows, got {X.shape} and {Y.shape}"
         )
+    # the computation
     Xc, Yc = _centred(X, "X"), _centred(Y, "Y")
     # Gram-matrix form (n x n): cheaper than d x d' when n < d, as for positions
     Kx, Ky = Xc @ Xc.T, Yc @ Yc.T
@@ -485,6 +496,7 @@ def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> "pd.DataFra
     from scipy.stats import spearmanr
 
     D = checks.distance_matrix(D)
+    # the computation
     iu = np.triu_indices(D.shape[0], 1)
     rows = []
     for name, P in encodings.items():

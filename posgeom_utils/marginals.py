@@ -75,6 +75,7 @@ class PositionalMarginals:
                 f"positions {empty[0]}..{self.n - 1} have no tokens: use a smaller n, "
                 "truncate(min_count=...) or smoothing > 0"
             )
+        # the computation
         dense = self.counts.toarray().astype(np.float64)
         if smoothing:
             dense += smoothing
@@ -110,6 +111,7 @@ class PositionalMarginals:
         base = checks.number(base, "base", 0, low_open=True, fix=fix)
         if base == 1:
             raise checks.fail("base", "a finite number > 0 and != 1", base, fix)
+        # the computation
         c = self.counts
         rows = np.repeat(np.arange(self.n), np.diff(c.indptr))
         p = c.data / np.maximum(self.support[rows], 1)
@@ -398,6 +400,7 @@ def count_batches(
     n, prefix, suffix = _check_options(
         tokenizer, n, special_tokens, align, buffer_tokens, view
     )
+    # the computation
     if params is None:
         params = counting_params(tokenizer, n, special_tokens, align, view)
     encode = _Encoder(tokenizer)

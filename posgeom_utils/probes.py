@@ -143,6 +143,7 @@ def positional_hidden_means(
     Chapter: *Positions layer by layer*."""
     n, batch_size = check_probe(model, n, batch_size, centre)
     texts = check_texts(texts)
+    # the computation
     dev = select_device(device)
     model = model.to(dev)
     order = np.argsort(
@@ -194,6 +195,7 @@ def probe_groups(
     groups = integer(
         groups, "groups", 2, len(texts), fix="at least 2, at most one per text"
     )
+    # the computation
     perm = np.random.default_rng(seed).permutation(len(texts))
     return [
         positional_hidden_means(

@@ -41,6 +41,7 @@ def split_half_hellinger(mu_a, mu_b, weight_a: float = 0.5) -> SplitHalfHellinge
             f"mu_a and mu_b must have the same shape, got {mu_a.shape}, {mu_b.shape}"
         )
     weight_a = checks.number(weight_a, "weight_a", 0, 1, low_open=True, high_open=True)
+    # the computation
     a, b = _sqrt_rows(mu_a), _sqrt_rows(mu_b)
     cross = 1.0 - _dense(a @ b.T)  # ||a_i - b_j||^2 / 2, rows of unit norm
     cross = (cross + cross.T) / 2

@@ -235,6 +235,7 @@ class PositionalTransformer(nn.Module):
         vocab_size)``; ``pad_id`` marks padding. Chapter: *Why a Transformer needs
         positions*."""
         self._check_ids(ids)
+        # the computation
         pad_mask = ids == self.pad_id
         x = self.embed(ids)
         table = self.positional_table()
