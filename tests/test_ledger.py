@@ -219,7 +219,7 @@ def test_pending_capped_and_stand_in_runs_are_labelled(tmp_path: Path, rows) -> 
     assert row["data (reference)"] == "sst2/imdb train, all texts, n=48" and row["date (reference)"] == "2026-01-02"
     table = provenance_table({"reference": tmp_path / "smoke", "paper": tmp_path / "absent"})
     assert table.loc[("paper", "(all)"), "scale"] == "pending a GPU run"
-    assert table.loc[("reference", "monotonicity"), "commit"] == "0123456789"
+    assert table.loc[("reference", "monotonicity"), "commit"] == "0123456"
 
 
 # --------------------------------------------------------------------------- the rows themselves

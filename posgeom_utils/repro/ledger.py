@@ -394,7 +394,7 @@ def _provenance(payload: Mapping[str, Any] | None) -> dict[str, Any]:
         "model": str(model or ("all-MiniLM-L6-v2 (packaged)" if payload else "")),
         "data": ", ".join(data) or ("synthetic" if payload else ""),
         "device": prov.get("device_name") or "",
-        "commit": (commit[:10] + (" (dirty)" if prov.get("dirty") else ""))
+        "commit": (commit[:7] + (" (dirty)" if prov.get("dirty") else ""))
         if commit
         else "",
         "date": (prov.get("finished") or "")[:10],

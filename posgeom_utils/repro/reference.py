@@ -58,7 +58,7 @@ def provenance_line(chapter: str, root: Path = RESULTS_ROOT) -> str:
             f"--chapters {chapter} --out book/results/reference`"
         )
     prov = payload.get("provenance", {})
-    commit = str(prov.get("commit") or "unknown commit")[:10]
+    commit = str(prov.get("commit") or "unknown commit")[:7]
     clean = "dirty tree" if prov.get("dirty") else "clean tree"
     stale = stale_results(Path(root) / "reference").get(chapter)
     return (
