@@ -60,7 +60,7 @@ def provenance_line(chapter: str, root: Path = RESULTS_ROOT) -> str:
     prov = payload.get("provenance", {})
     commit = str(prov.get("commit") or "unknown commit")[:7]
     clean = "dirty tree" if prov.get("dirty") else "clean tree"
-    stale = stale_results(Path(root) / "reference").get(chapter)
+    stale = stale_results(Path(root) / "reference", chapter=chapter).get(chapter)
     return (
         f"reference profile, commit {commit} ({clean}), "
         f"{str(prov.get('finished', ''))[:10]}, {prov.get('device_name', 'cpu')}, "

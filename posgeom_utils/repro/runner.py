@@ -433,13 +433,15 @@ def _run_logged(
     return f"FAILED after {seconds:.1f} s: {message} (see {plan.folder}/failed.json)"
 
 
-def stale_results(results_dir: Path, source_dir: Path | None = None) -> dict[str, str]:
-    """``{chapter: why}`` for every ``<results_dir>/<chapter>/results.json`` whose code
-    hash differs from the current chapter's, or whose chapter is gone; empty when all
-    are fresh. Chapter: *Reproduction ledger*."""
+def stale_results(
+    results_dir: Path, source_dir: Path | None = None, chapter: str = "*"
+) -> dict[str, str]:
+    """``{chapter: why}`` for every ``<results_dir>/<chapter>/results.json`` (``chapter``:
+    one, or ``"*"`` for all) whose code hash differs from the current chapter's, or whose
+    chapter is gone; empty when all are fresh. Chapter: *Reproduction ledger*."""
     source_dir = Path(source_dir) if source_dir is not None else default_source_dir()
     stale: dict[str, str] = {}
-    for path in sorted(Path(results_dir).glob("*/results.json")):
+    for path in sorted(Path(results_dir).glob(f"{chapter}/results.json")):
         chapter, source = path.parent.name, source_dir / f"{path.parent.name}.md"
         recorded = (read_json(path) or {}).get("provenance", {}).get("code_hash")
         if not source.is_file():

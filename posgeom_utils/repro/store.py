@@ -14,13 +14,12 @@ the other profiles runs are kept only under ``posgeom run`` (its checkpoints).""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..scale.sweeps import config_hash, run_sweep
+from ..scale.sweeps import _load, config_hash, run_sweep
 from .results import _RUN, CHECKPOINT_ENV, RESULTS_ENV
 from .sources import REPO_ROOT, code_hash
 
@@ -36,16 +35,11 @@ class StaleStoreError(RuntimeError):
 def stale_runs(runs: Sequence[dict[str, Any]], directory: str | os.PathLike) -> list[str]:
     """Names of the ``runs`` with no current result in ``directory`` (none there, or
     one stored for another configuration or code). Chapter: *Reproduction ledger*."""
-    stale = []
-    for run in runs:
-        path = Path(directory) / f"{run['name']}.json"
-        try:
-            current = json.loads(path.read_text())["config_hash"] == config_hash(run)
-        except (OSError, ValueError, KeyError, TypeError):
-            current = False
-        if not current:
-            stale.append(run["name"])
-    return stale
+    return [
+        run["name"]
+        for run in runs
+        if _load(Path(directory) / f"{run['name']}.json", config_hash(run)) is None
+    ]
 
 
 def memoised_sweep(
