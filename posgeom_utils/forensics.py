@@ -1,5 +1,5 @@
 """Stress-definition forensics: which single setting reproduces the paper's SST-2
-numbers? Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+numbers? Chapter: *Appendix: which stress did the paper report?*."""
 
 from __future__ import annotations
 
@@ -46,22 +46,21 @@ COLUMNS = {q: "rope_stress" if q == "rope" else q for q in QUANTITIES}
 
 def normalised_stress(E: np.ndarray, D: np.ndarray, triangle: str = "upper") -> float:
     """The book's raw stress sum (E - D)^2 / sum D^2 (the triangle does not matter).
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    Chapter: *Appendix: which stress did the paper report?*."""
     paired_distances(E, D, triangle)  # validates
     return stress_of_distances(E, D)
 
 
 def sse(E: np.ndarray, D: np.ndarray, triangle: str = "upper") -> float:
     """The unnormalised sum of squared residuals sum (E - D)^2 over the triangle's
-    pairs. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    pairs. Chapter: *Appendix: which stress did the paper report?*."""
     e, t = paired_distances(E, D, triangle)
     return float(np.sum((e - t) ** 2))
 
 
 def kruskal_stress1(E: np.ndarray, D: np.ndarray, triangle: str = "upper") -> float:
     """Kruskal's (1964) stress-1, sqrt(sum (E - D)^2 / sum E^2), normalised by the
-    encoding's distances. Chapter: *The optimal encoding: classical MDS on Hellinger
-    geometry*."""
+    encoding's distances. Chapter: *Appendix: which stress did the paper report?*."""
     e, t = paired_distances(E, D, triangle)
     ee = float(e @ e)
     if ee == 0:
@@ -103,7 +102,7 @@ ALIBI_FORMS = ("linear", "kernel")
 
 def sinusoid_profile(n: int, d: int, heads: int = 1) -> np.ndarray:
     """Distance at each lag of ``heads`` pooled sinusoidal blocks of width ``d`` (RoPE's
-    orbit). Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    orbit). Chapter: *Appendix: which stress did the paper report?*."""
     k = np.arange(n, dtype=np.float64)[:, None]
     sq = np.sum(2.0 * (1.0 - np.cos(k * frequencies(d)[None, :])), axis=1)
     return np.sqrt(np.clip(heads * sq, 0.0, None))
@@ -111,8 +110,7 @@ def sinusoid_profile(n: int, d: int, heads: int = 1) -> np.ndarray:
 
 def alibi_profiles(n: int, slopes: np.ndarray, form: str) -> np.ndarray:
     """Per-head ALiBi distance at each lag (heads x n): m |k| (``linear``) or sqrt(2 - 2
-    exp(-m |k|)) (``kernel``). Chapter: *The optimal encoding: classical MDS on
-    Hellinger geometry*."""
+    exp(-m |k|)) (``kernel``). Chapter: *Appendix: which stress did the paper report?*."""
     k = np.arange(n, dtype=np.float64)[None, :]
     m = np.asarray(slopes, dtype=np.float64)[:, None]
     if checks.choice(form, "form", ALIBI_FORMS) == "linear":
@@ -122,7 +120,7 @@ def alibi_profiles(n: int, slopes: np.ndarray, form: str) -> np.ndarray:
 
 def padded_mu(counts: np.ndarray, num_sequences: int) -> np.ndarray:
     """Distributions when every text is padded to length n (one extra ``[PAD]`` column).
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    Chapter: *Appendix: which stress did the paper report?*."""
     counts = np.asarray(counts, dtype=np.float64)
     pad = num_sequences - counts.sum(axis=1, keepdims=True)
     if np.any(pad < -1e-9):
@@ -132,8 +130,7 @@ def padded_mu(counts: np.ndarray, num_sequences: int) -> np.ndarray:
 
 def match_error(q: str, value: float | np.ndarray, paper: float) -> Any:
     """Error of ``value`` against the paper's number in units of the tolerance of
-    quantity ``q`` (<= 1 is a match). Chapter: *The optimal encoding: classical MDS on
-    Hellinger geometry*."""
+    quantity ``q`` (<= 1 is a match). Chapter: *Appendix: which stress did the paper report?*."""
     kind, tol = TOLERANCES[q]
     value = np.asarray(value, dtype=np.float64)
     err = np.abs(value - paper) / abs(paper) if kind == "rel" else np.abs(value - paper)
@@ -174,8 +171,7 @@ def forensic_grid(
     violation: bool = True,
 ) -> pd.DataFrame:
     """Every setting of the grid scored on every geometry ((n, special, short) -> D_H),
-    one row per setting. Chapter: *The optimal encoding: classical MDS on Hellinger
-    geometry*."""
+    one row per setting. Chapter: *Appendix: which stress did the paper report?*."""
     import pandas as pd
 
     options = dict(
@@ -229,8 +225,7 @@ def free_choices(
     matched: Sequence[str], definition: str, options: Mapping[str, Sequence[Any]]
 ) -> int:
     """The grid dimensions (with options) that the ``matched`` quantities depend on,
-    counted once. Chapter: *The optimal encoding: classical MDS on Hellinger
-    geometry*."""
+    counted once. Chapter: *Appendix: which stress did the paper report?*."""
     dims = {d for q in matched for d in DEPENDS[q]}
     if definition not in TRIANGLE_SENSITIVE:
         dims.discard("triangle")
@@ -241,7 +236,7 @@ def score_grid(
     grid: pd.DataFrame, paper: Mapping[str, float], options: Mapping[str, Sequence[Any]]
 ) -> pd.DataFrame:
     """:func:`forensic_grid` with each row's errors, matches and free choices.
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    Chapter: *Appendix: which stress did the paper report?*."""
     out = grid.copy()
     qs = [q for q in QUANTITIES if q in paper]
     for q in qs:
@@ -264,8 +259,7 @@ def score_grid(
 
 def best_joint(scored: pd.DataFrame, top: int = 10) -> pd.DataFrame:
     """The settings with the most joint matches, fewest free choices, smallest error
-    (distinct values). Chapter: *The optimal encoding: classical MDS on Hellinger
-    geometry*."""
+    (distinct values). Chapter: *Appendix: which stress did the paper report?*."""
     ranked = scored.sort_values(
         ["matches", "free_choices", "total_error"], ascending=[False, True, True]
     )
@@ -275,7 +269,7 @@ def best_joint(scored: pd.DataFrame, top: int = 10) -> pd.DataFrame:
 
 def best_per_quantity(scored: pd.DataFrame, paper: Mapping[str, float]) -> dict:
     """Per paper number: the closest setting and the share of the grid that matches it.
-    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
+    Chapter: *Appendix: which stress did the paper report?*."""
     out = {}
     for q in paper:
         row = scored.loc[scored[f"err_{q}"].idxmin()]

@@ -1,4 +1,4 @@
-"""Sensitivity of the headline numbers of *MDS optimality* to n and min_count, with bootstrap intervals.
+"""Sensitivity of the headline numbers of *Appendix: which stress did the paper report?* to n and min_count, with bootstrap intervals.
 
 For each corpus (SST-2, IMDB; train split, packaged all-MiniLM-L6-v2 tokenizer, special tokens kept) and
 each n in N_VALUES, counts the texts once per text (``text_counts``), then for each min_count in
@@ -6,7 +6,7 @@ MIN_COUNTS keeps the leading positions reached by at least min_count texts and c
 headline numbers (:func:`headline_numbers`) with normal 95% bootstrap intervals over texts
 (:func:`posgeom_utils.sampling.bootstrap_numbers`). Writes book/results/sensitivity/sensitivity.json
 atomically, with provenance (commit, date, parameters, versions).
-Usage: ``python scripts/sensitivity.py [--replicates R] [--out DIR]``. Chapter: *MDS optimality*.
+Usage: ``python scripts/sensitivity.py [--replicates R] [--out DIR]``. Chapter: *Appendix: which stress did the paper report?*.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def headline_numbers(D: np.ndarray, d: int, learned: np.ndarray | None = None, s
     """The chapter's headline numbers of one plug-in Hellinger geometry ``D`` (n x n) at width ``d``:
     raw and fitted stress of the sinusoidal table, fitted stress of the random and (if given) learned
     tables, raw stress of classical MDS and SMACOF at r = 2, the top eigenvalue's share, the relative
-    rank of B and the violation rate of D. Chapter: *MDS optimality*."""
+    rank of B and the violation rate of D. Chapter: *Appendix: which stress did the paper report?*."""
     k = D.shape[0]
     res = classical_mds(D)
     sin = sinusoidal(k, d)
@@ -69,7 +69,7 @@ def headline_numbers(D: np.ndarray, d: int, learned: np.ndarray | None = None, s
 def sensitivity(counts_by_n: dict, min_counts, d: int, learned, replicates: int, seed: int = 0) -> list:
     """One row per (n, min_count): the headline numbers with intervals, on the positions reached by at
     least min_count texts (a configuration that keeps fewer than 3 positions is skipped).
-    Chapter: *MDS optimality*."""
+    Chapter: *Appendix: which stress did the paper report?*."""
     rows, done = [], {}
     for n, counts in counts_by_n.items():
         support = counts.marginals().support  # non-increasing: texts reaching each position

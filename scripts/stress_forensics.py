@@ -5,7 +5,7 @@ all-MiniLM-L6-v2 WordPiece tokenizer), scores every setting against the paper's 
 sinusoidal, RoPE and ALiBi stresses and the MDS violation rate, and writes
 book/results/forensics/forensics.json (and forensics.csv, the whole scored grid) atomically,
 with provenance. Usage: ``python scripts/stress_forensics.py [--out DIR]``.
-Chapter: *MDS optimality*.
+Chapter: *Appendix: which stress did the paper report?*.
 """
 
 from __future__ import annotations

@@ -107,6 +107,8 @@ def test_failing_checks(check: dict, fragment: str) -> None:
     ({"text": "theorem"}, "one of value/text"),
     ({"verdict": "close enough"}, "verdict must be"),
     ({"check": None, "not_checkable": ""}, "a check unless not_checkable"),
+    ({"also": "stress_forensics"}, "also lists the other chapters"),
+    ({"also": ["mds_optimality"]}, "also lists the other chapters"),
 ])
 def test_bad_rows_are_rejected_with_a_clear_message(tmp_path: Path, change: dict, fragment: str) -> None:
     row = {k: v for k, v in {**SIN, **change}.items() if v is not None}
@@ -168,6 +170,23 @@ def test_the_rows_verdict_and_definition_apply_when_its_check_holds(tmp_path: Pa
     assert row["verdict (reference)"] == DIFFERENT_DEFINITION
     assert row["evidence (reference)"] == "At d = 384. N = 48."  # sentences: the definition, the evidence
     assert row["check (reference)"].startswith("sst2_sin_raw = 272 == paper")
+
+
+def test_a_row_reads_the_keys_of_the_chapters_it_names_and_refuses_a_clash(tmp_path: Path) -> None:
+    """``also``: a row judged on one chapter may quote another's keys (the appendix's search);
+    pending until both ran, and a key glued by both with different values is an error."""
+    claims = rows_from(tmp_path, {**SIN, "also": ["stress_forensics"], "ours": "{sst2_sin_raw:.0f}; {fx_best:.0f}",
+                                  "alternatives": []})
+    write_run(tmp_path, "mds_optimality", {"sst2_sin_raw": reported("sst2_sinusoidal_stress"), "d": 384})
+    assert build_ledger({"reference": tmp_path}, claims=claims).loc["sin", "verdict (reference)"] == PENDING[
+        "reference"]
+    write_run(tmp_path, "stress_forensics", {"fx_best": 281.0, "d": 384})
+    row = build_ledger({"reference": tmp_path}, claims=claims).loc["sin"]
+    assert row["verdict (reference)"] == REPRODUCED and row["ours (reference)"] == "272; 281"
+    assert row["keys"].startswith("mds_optimality + stress_forensics: ")
+    write_run(tmp_path, "stress_forensics", {"fx_best": 281.0, "d": 768})
+    with pytest.raises(ClaimError, match="'d' with different values"):
+        build_ledger({"reference": tmp_path}, claims=claims)
 
 
 def test_asserted_and_not_checkable_rows(tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ FIELDS = (
     "id",
     "headline",
     "chapter",
+    "also",
     "statement",
     "check",
     "value",
@@ -91,6 +92,7 @@ class Claim:
     not_checkable: str = ""
     evidence: str = ""
     headline: str = ""
+    also: tuple[str, ...] = ()
 
     def keys(self) -> list[str]:
         """Every glued key the row reads (checks, then templates), without repeats.
@@ -201,7 +203,10 @@ def _row(item: Mapping[str, Any]) -> Claim:
         }
         for a in item.get("alternatives", [])
     )
-    return Claim(**{**item, **text, "alternatives": alternatives})
+    also = item.get("also", [])
+    if not isinstance(also, list) or item["chapter"] in also:
+        raise ClaimError("also lists the other chapters whose keys the row reads")
+    return Claim(**{**item, **text, "alternatives": alternatives, "also": tuple(also)})
 
 
 def load_claims(path: str | Path | None = None) -> list[Claim]:
@@ -440,6 +445,26 @@ def search_matches(keys: tuple[str, ...], results: Mapping[str, Any]) -> float |
     return found
 
 
+def read_claim_run(folder: str | Path | None, claim: Claim) -> dict[str, Any] | None:
+    """The run of ``claim.chapter`` under ``folder`` with the results of the chapters
+    in ``claim.also`` added (``None`` when any is absent); a key that two of them glue
+    with different values is a :class:`ClaimError`. Chapter: *Reproduction ledger*."""
+    payload = read_run(folder, claim.chapter)
+    others = [read_run(folder, chapter) for chapter in claim.also]
+    if payload is None or any(o is None for o in others):
+        return None
+    results = dict(payload["results"])
+    for chapter, other in zip(claim.also, others):
+        for key, value in other["results"].items():
+            if key in results and results[key] != value:
+                raise ClaimError(
+                    f"row {claim.id!r}: {chapter} and another chapter glue {key!r} "
+                    "with different values; rename one of them"
+                )
+            results[key] = value
+    return {**payload, "results": results}
+
+
 def judge(
     claim: Claim, payload: Mapping[str, Any] | None, profile: str
 ) -> dict[str, str]:
@@ -452,39 +477,68 @@ def judge(
     ours, missing = render(claim.ours, results)
     if claim.not_checkable:
         shown = ours if results is not None and not missing else ""
-        return {"ours": shown, "verdict": NOT_CHECKABLE, "evidence": claim.not_checkable,
-                "check": ""}
+        return {
+            "ours": shown,
+            "verdict": NOT_CHECKABLE,
+            "evidence": claim.not_checkable,
+            "check": "",
+        }
     if results is None:
-        return {"ours": "", "verdict": PENDING.get(profile, f"pending a {profile} run"),
-                "evidence": "", "check": ""}
+        return {
+            "ours": "",
+            "verdict": PENDING.get(profile, f"pending a {profile} run"),
+            "evidence": "",
+            "check": "",
+        }
     absent = [k for k in check_keys(claim.check) if k not in results]
     if absent:
-        return {"ours": ours, "verdict": MISSING, "evidence": "",
-                "check": f"missing key(s) {absent} in results.json"}
+        return {
+            "ours": ours,
+            "verdict": MISSING,
+            "evidence": "",
+            "check": f"missing key(s) {absent} in results.json",
+        }
     evidence = render(claim.evidence, results)[0]
     passed, message = evaluate_check(claim.check, results)
     if passed:
-        definition = render(claim.definition, results)[0] if claim.verdict != REPRODUCED else ""
-        return {"ours": ours, "verdict": claim.verdict,
-                "evidence": _sentences(definition, evidence), "check": message}
+        definition = (
+            render(claim.definition, results)[0] if claim.verdict != REPRODUCED else ""
+        )
+        return {
+            "ours": ours,
+            "verdict": claim.verdict,
+            "evidence": _sentences(definition, evidence),
+            "check": message,
+        }
     tried = [message]
     for alt in claim.alternatives:
         alt_passed, alt_message = evaluate_check(alt["check"], results)
         tried.append(alt_message)
         if alt_passed:
             found = search_matches(alt["matches"], results)
-            shared = found is not None and found >= 2  # a search match that chance explains
+            shared = (
+                found is not None and found >= 2
+            )  # a search match that chance explains
             text = "it holds " + render(alt["definition"], results)[0]
             if shared:
-                text += (f"; about {found:,.0f} settings of the search match as well, so the "
-                         "match does not tell which definition the paper used")
-            return {"ours": ours,
-                    "verdict": NOT_IDENTIFIABLE if shared else DIFFERENT_DEFINITION,
-                    "evidence": _sentences("As the paper defines it, the check fails", text,
-                                           evidence),
-                    "check": "; ".join(tried)}
-    return {"ours": ours, "verdict": DIFFERS, "evidence": _sentences(evidence),
-            "check": "; ".join(tried)}
+                text += (
+                    f"; about {found:,.0f} settings of the search match as well, so the "
+                    "match does not tell which definition the paper used"
+                )
+            return {
+                "ours": ours,
+                "verdict": NOT_IDENTIFIABLE if shared else DIFFERENT_DEFINITION,
+                "evidence": _sentences(
+                    "As the paper defines it, the check fails", text, evidence
+                ),
+                "check": "; ".join(tried),
+            }
+    return {
+        "ours": ours,
+        "verdict": DIFFERS,
+        "evidence": _sentences(evidence),
+        "check": "; ".join(tried),
+    }
 
 
 def paper_shown(claim: Claim) -> str:
@@ -513,7 +567,7 @@ def build_ledger(
 
     records = []
     for claim in load_claims() if claims is None else claims:
-        payloads = {p: read_run(results_dirs.get(p), claim.chapter) for p in profiles}
+        payloads = {p: read_claim_run(results_dirs.get(p), claim) for p in profiles}
         first = next((payloads[p] for p in profiles if payloads[p] is not None), None)
         record: dict[str, Any] = {
             "id": claim.id,
@@ -522,7 +576,9 @@ def build_ledger(
             "paper": paper_shown(claim),
             "chapter": claim.chapter,
             "quantity": render(claim.quantity, (first or {}).get("results"))[0],
-            "keys": ", ".join(f"{claim.chapter}:{k}" for k in claim.keys()),
+            "keys": " + ".join((claim.chapter, *claim.also))
+            + ": "
+            + ", ".join(claim.keys()),
             "rule": rule_text(claim),
         }
         for p in profiles:

@@ -24,6 +24,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "positions_in_real_text": {"sample_size": 3000, "n": 128, "min_count": 20, "replicates": 30},
         "mds_optimality": {"sample_size": 3000, "n": 64, "min_count": 20, "synthetic_n": 32,
                            "synthetic_sequences": 1000, "replicates": 10},
+        "stress_forensics": {"sample_size": 3000, "n": 64, "min_count": 20, "replicates": 10},
         "low_rank": {"sample_size": 3000, "n": 64, "min_count": 20, "planted_sequences": 3000,
                      "task_size": 1500, "train_steps": 40, "n_seeds": 2, "probe_size": 200,
                      "probe_len": 16, "probe_ranks": [0, 2], "replicates": 5},
@@ -48,6 +49,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "default": {
         "positions_in_real_text": {"replicates": 200},
         "mds_optimality": {"replicates": 10},
+        "stress_forensics": {"replicates": 10},
         "low_rank": {"probe_size": 800, "probe_ranks": [0, 1, 2, 4, 8], "n_seeds": 5,
                      "task_size": 4000, "train_steps": 200, "replicates": 20, "rank_replicates": 5},
         "necessity": {"sample_size": 1500, "n_seeds": 5, "train_steps": 200},
@@ -64,13 +66,15 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     # what the book shows: each chapter's parameters cell, its expensive runs memoised in
     # book/results/store and its numbers committed under book/results/reference
     "reference": {chapter: {} for chapter in (
-        "positions_in_real_text", "mds_optimality", "low_rank", "necessity", "separation",
-        "monotonicity", "layerwise", "learned_geometry")},
+        "positions_in_real_text", "mds_optimality", "stress_forensics", "low_rank",
+        "necessity", "separation", "monotonicity", "layerwise", "learned_geometry")},
     "paper": {
         "positions_in_real_text": {"model_name": BERT, "sample_size": None, "n": 512,
                                    "min_count": 100},
         "mds_optimality": {"model_name": BERT, "sample_size": None, "n": 512, "min_count": 100,
                            "synthetic_sequences": 20000},
+        "stress_forensics": {"model_name": BERT, "sample_size": None, "n": 512,
+                             "min_count": 100},
         "low_rank": {"model_name": BERT, "sample_size": None, "n": 512, "min_count": 100,
                      "task_size": 60000, "train_steps": 3000, "n_seeds": 5},
         "necessity": {"model_name": BERT, "task_len": 64, "sample_size": None, "d": 128,
