@@ -465,6 +465,37 @@ def read_claim_run(folder: str | Path | None, claim: Claim) -> dict[str, Any] | 
     return {**payload, "results": results}
 
 
+def _outcome(ours: str, verdict: str, evidence: str = "", check: str = "") -> dict:
+    return {"ours": ours, "verdict": verdict, "evidence": evidence, "check": check}
+
+
+def _alternative(
+    claim: Claim, results: Mapping[str, Any], ours: str, evidence: str, tried: list
+) -> dict[str, str] | None:
+    """The outcome of the first alternative of ``claim`` that holds (None if none):
+    *reproduced with a different definition*, or *not identifiable* when 2 or more
+    settings of a definition search match (``tried`` collects the checks' messages)."""
+    for alt in claim.alternatives:
+        passed, message = evaluate_check(alt["check"], results)
+        tried.append(message)
+        if not passed:
+            continue
+        found = search_matches(alt["matches"], results)
+        shared = found is not None and found >= 2  # a search match that chance explains
+        text = "it holds " + render(alt["definition"], results)[0]
+        if shared:
+            text += (
+                f"; about {found:,.0f} settings of the search match as well, so the "
+                "match does not tell which definition the paper used"
+            )
+        failed = "As the paper defines it, the check fails"
+        verdict = NOT_IDENTIFIABLE if shared else DIFFERENT_DEFINITION
+        return _outcome(
+            ours, verdict, _sentences(failed, text, evidence), "; ".join(tried)
+        )
+    return None
+
+
 def judge(
     claim: Claim, payload: Mapping[str, Any] | None, profile: str
 ) -> dict[str, str]:
@@ -477,68 +508,24 @@ def judge(
     ours, missing = render(claim.ours, results)
     if claim.not_checkable:
         shown = ours if results is not None and not missing else ""
-        return {
-            "ours": shown,
-            "verdict": NOT_CHECKABLE,
-            "evidence": claim.not_checkable,
-            "check": "",
-        }
+        return _outcome(shown, NOT_CHECKABLE, claim.not_checkable)
     if results is None:
-        return {
-            "ours": "",
-            "verdict": PENDING.get(profile, f"pending a {profile} run"),
-            "evidence": "",
-            "check": "",
-        }
+        return _outcome("", PENDING.get(profile, f"pending a {profile} run"))
     absent = [k for k in check_keys(claim.check) if k not in results]
     if absent:
-        return {
-            "ours": ours,
-            "verdict": MISSING,
-            "evidence": "",
-            "check": f"missing key(s) {absent} in results.json",
-        }
+        return _outcome(ours, MISSING, "", f"missing key(s) {absent} in results.json")
     evidence = render(claim.evidence, results)[0]
     passed, message = evaluate_check(claim.check, results)
     if passed:
         definition = (
             render(claim.definition, results)[0] if claim.verdict != REPRODUCED else ""
         )
-        return {
-            "ours": ours,
-            "verdict": claim.verdict,
-            "evidence": _sentences(definition, evidence),
-            "check": message,
-        }
+        return _outcome(ours, claim.verdict, _sentences(definition, evidence), message)
     tried = [message]
-    for alt in claim.alternatives:
-        alt_passed, alt_message = evaluate_check(alt["check"], results)
-        tried.append(alt_message)
-        if alt_passed:
-            found = search_matches(alt["matches"], results)
-            shared = (
-                found is not None and found >= 2
-            )  # a search match that chance explains
-            text = "it holds " + render(alt["definition"], results)[0]
-            if shared:
-                text += (
-                    f"; about {found:,.0f} settings of the search match as well, so the "
-                    "match does not tell which definition the paper used"
-                )
-            return {
-                "ours": ours,
-                "verdict": NOT_IDENTIFIABLE if shared else DIFFERENT_DEFINITION,
-                "evidence": _sentences(
-                    "As the paper defines it, the check fails", text, evidence
-                ),
-                "check": "; ".join(tried),
-            }
-    return {
-        "ours": ours,
-        "verdict": DIFFERS,
-        "evidence": _sentences(evidence),
-        "check": "; ".join(tried),
-    }
+    found = _alternative(claim, results, ours, evidence, tried)
+    if found is not None:
+        return found
+    return _outcome(ours, DIFFERS, _sentences(evidence), "; ".join(tried))
 
 
 def paper_shown(claim: Claim) -> str:
