@@ -177,14 +177,17 @@ def test_a_row_reads_the_keys_of_the_chapters_it_names_and_refuses_a_clash(tmp_p
     pending until both ran, and a key glued by both with different values is an error."""
     claims = rows_from(tmp_path, {**SIN, "also": ["stress_forensics"], "ours": "{sst2_sin_raw:.0f}; {fx_best:.0f}",
                                   "alternatives": []})
-    write_run(tmp_path, "mds_optimality", {"sst2_sin_raw": reported("sst2_sinusoidal_stress"), "d": 384})
+    write_run(tmp_path, "mds_optimality", {"sst2_sin_raw": reported("sst2_sinusoidal_stress"), "d": 384,
+                                           "replicates": 150})
     assert build_ledger({"reference": tmp_path}, claims=claims).loc["sin", "verdict (reference)"] == PENDING[
         "reference"]
     write_run(tmp_path, "stress_forensics", {"fx_best": 281.0, "d": 384})
     row = build_ledger({"reference": tmp_path}, claims=claims).loc["sin"]
     assert row["verdict (reference)"] == REPRODUCED and row["ours (reference)"] == "272; 281"
     assert row["keys"].startswith("mds_optimality + stress_forensics: ")
-    write_run(tmp_path, "stress_forensics", {"fx_best": 281.0, "d": 768})
+    write_run(tmp_path, "stress_forensics", {"fx_best": 281.0, "replicates": 10})  # a key the row does not read
+    assert build_ledger({"reference": tmp_path}, claims=claims).loc["sin", "ours (reference)"] == "272; 281"
+    write_run(tmp_path, "stress_forensics", {"fx_best": 281.0, "d": 768})  # one it reads
     with pytest.raises(ClaimError, match="'d' with different values"):
         build_ledger({"reference": tmp_path}, claims=claims)
 

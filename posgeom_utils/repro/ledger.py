@@ -447,21 +447,22 @@ def search_matches(keys: tuple[str, ...], results: Mapping[str, Any]) -> float |
 
 def read_claim_run(folder: str | Path | None, claim: Claim) -> dict[str, Any] | None:
     """The run of ``claim.chapter`` under ``folder`` with the results of the chapters
-    in ``claim.also`` added (``None`` when any is absent); a key that two of them glue
-    with different values is a :class:`ClaimError`. Chapter: *Reproduction ledger*."""
+    in ``claim.also`` added (``None`` when any is absent); a key the row reads that two
+    of them glue with different values is a :class:`ClaimError` (other keys keep the
+    first chapter's value). Chapter: *Reproduction ledger*."""
     payload = read_run(folder, claim.chapter)
     others = [read_run(folder, chapter) for chapter in claim.also]
     if payload is None or any(o is None for o in others):
         return None
-    results = dict(payload["results"])
+    results, read = dict(payload["results"]), set(claim.keys())
     for chapter, other in zip(claim.also, others):
         for key, value in other["results"].items():
-            if key in results and results[key] != value:
+            if key in results and results[key] != value and key in read:
                 raise ClaimError(
                     f"row {claim.id!r}: {chapter} and another chapter glue {key!r} "
                     "with different values; rename one of them"
                 )
-            results[key] = value
+            results.setdefault(key, value)
     return {**payload, "results": results}
 
 
