@@ -246,6 +246,8 @@ def accuracy_interval(accuracy: np.ndarray, n_eval: int) -> tuple[float, float]:
 
     accuracy = np.asarray(accuracy, dtype=float)
     k, mean = accuracy.size, float(accuracy.mean())
-    seeds = stats.t.ppf(0.975, k - 1) * accuracy.std(ddof=1) / np.sqrt(k) if k > 1 else 0.0
+    seeds = (
+        stats.t.ppf(0.975, k - 1) * accuracy.std(ddof=1) / np.sqrt(k) if k > 1 else 0.0
+    )
     shared = 1.959964 * np.sqrt(mean * (1 - mean) / n_eval)
     return mean, float(np.hypot(seeds, shared))

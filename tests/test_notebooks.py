@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -170,6 +172,13 @@ def test_no_hidden_cell_defines_a_function_and_visible_code_fits(chapter: str) -
 def test_the_formatter_wraps_at_the_page_width() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert config["tool"]["ruff"]["line-length"] == PAGE_WIDTH
+
+
+def test_the_package_is_formatted_by_the_one_formatter() -> None:
+    """One formatter for the whole package (ruff, pinned in requirements.txt)."""
+    done = subprocess.run([sys.executable, "-m", "ruff", "format", "--check", "posgeom_utils"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, f"run `ruff format posgeom_utils`:\n{done.stdout}{done.stderr}"
 
 
 def test_the_code_checks_can_fail(tmp_path: Path) -> None:

@@ -32,7 +32,9 @@ class StaleStoreError(RuntimeError):
     code. Chapter: *Reproduction ledger*."""
 
 
-def stale_runs(runs: Sequence[dict[str, Any]], directory: str | os.PathLike) -> list[str]:
+def stale_runs(
+    runs: Sequence[dict[str, Any]], directory: str | os.PathLike
+) -> list[str]:
     """Names of the ``runs`` with no current result in ``directory`` (none there, or
     one stored for another configuration or code). Chapter: *Reproduction ledger*."""
     return [
@@ -86,7 +88,9 @@ def memoised_sweep(
     else:
         root = os.environ.get(CHECKPOINT_ENV)
         directory = Path(root) / name if root else None
-    return run_sweep(fn, runs, executor=executor, directory=directory, desc=desc or name)
+    return run_sweep(
+        fn, runs, executor=executor, directory=directory, desc=desc or name
+    )
 
 
 def memoised(

@@ -318,9 +318,7 @@ EXERCISE = re.compile(
 )
 
 
-def chapter_times(
-    results: Path, profiles: Sequence[str] = ("smoke",)
-) -> pd.DataFrame:
+def chapter_times(results: Path, profiles: Sequence[str] = ("smoke",)) -> pd.DataFrame:
     """Wall seconds of each chapter (rows) per profile (columns) from the committed
     results under ``results``; NaN where a profile has none. Chapter: *Teaching with
     this book*."""
