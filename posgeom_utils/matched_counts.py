@@ -3,50 +3,69 @@ texts. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import astuple
+from typing import TypeVar
+
 import numpy as np
 import scipy.sparse as sp
 
 from . import checks
 from .marginals import TextCounts
-from .sampling import SplitHalfHellinger, corrected_hellinger, split_texts
+from .sampling import (
+    SplitHalfHellinger,
+    bootstrap_weights,
+    corrected_hellinger,
+    split_texts,
+)
+
+T = TypeVar("T")
 
 ESTIMATORS = ("split-half", "stratified", "thinned")
 
 
-def _weights(counts: TextCounts, weights: np.ndarray | None) -> np.ndarray:
-    """``weights`` checked (one integer >= 0 per text); all ones by default."""
-    N = counts.num_texts
-    if weights is None:
-        return np.ones(N, dtype=np.int64)
-    w = np.asarray(weights)
-    if w.shape != (N,) or not np.issubdtype(w.dtype, np.integer) or w.min() < 0:
-        raise ValueError(
-            f"weights must be {N} integers >= 0 (how often each text is drawn), got "
-            f"shape {w.shape}, dtype {w.dtype}: pass None or one of bootstrap_weights"
-        )
-    return w.astype(np.int64)
-
-
-def _check_strata(counts: TextCounts, halves: np.ndarray, seed: int) -> None:
-    """Every text fills exactly the positions 0..L-1 (L: its model length), and every
-    position is reached by at least 2 drawn texts in each half."""
+def _halves(
+    counts: TextCounts, seed: int, weights: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The weights of the two halves of :func:`split_texts` (``seed``) in the resample
+    ``weights`` (checked by :meth:`TextCounts.marginals`; all ones by default) and
+    ``reach[h, j]``: the drawn texts of half h that reach position j (``reach[:, n]``
+    is 0). Every text must fill the positions 0..L-1 (L: its model length), and every
+    position be reached by at least 2 drawn texts in each half."""
+    seed = checks.integer(seed, "seed", 0)
+    w = np.ones(counts.num_texts, dtype=np.int64) if weights is None else weights
+    counts.marginals(w)  # checks the weights: one integer >= 0 per text
+    halves = np.stack(split_texts(counts.num_texts, seed)) * w
     L, inc = counts.model_lengths, counts.incidence
     per_text = np.diff(inc.indptr)
-    where = counts.keys[inc.indices] // counts.V
-    if np.any(per_text != L) or np.any(where >= np.repeat(L, per_text)):
+    if np.any(per_text != L) or np.any(
+        counts.keys[inc.indices] // counts.V >= np.repeat(L, per_text)
+    ):
         raise ValueError(
             "counts must give each text one token at each of its positions "
             "0..model_lengths-1: build it with text_counts or text_counts_from_ids"
         )
-    for name, half in zip("ab", halves):
-        reach = np.bincount(L[half > 0], minlength=counts.n + 1)[::-1].cumsum()[::-1]
-        if reach[1:].min() < 2:  # reach[j + 1]: drawn texts of the half with L > j
-            j = int(np.argmax(reach[1:] < 2))
-            raise ValueError(
-                f"counts: position {j} is reached by {reach[j + 1]} texts in half "
-                f"{name} of seed={seed}, need >= 2 in each half: count fewer "
-                f"positions (counts.truncate({j})) or raise min_count"
-            )
+    reach = np.zeros((2, counts.n + 1), dtype=np.int64)
+    reach[:, :-1] = [counts.marginals(half).support for half in halves]
+    if reach[:, :-1].min() < 2:
+        h, j = np.unravel_index(np.argmax(reach[:, :-1] < 2), reach[:, :-1].shape)
+        raise ValueError(
+            f"counts: position {j} is reached by {reach[h, j]} texts in half "
+            f"{'ab'[h]} of seed={seed}, need >= 2 in each half: count fewer "
+            f"positions (counts.truncate({j})) or raise min_count"
+        )
+    return halves, reach
+
+
+def _layout(counts: TextCounts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each pair's position and token (a column index as scipy keeps it), and where
+    each position's pairs start (``indptr``, n + 1 entries)."""
+    n, V, keys = counts.n, counts.V, counts.keys
+    pos = keys // V
+    index = np.int32 if max(keys.size, V) < 2**31 else np.int64
+    cols = (keys - pos * V).astype(index)
+    indptr = np.searchsorted(keys, np.arange(n + 1) * V).astype(index)
+    return pos, cols, indptr
 
 
 def _add(
@@ -99,16 +118,10 @@ def stratified_hellinger(
     optional integer bootstrap ``weights``). ``floor[i]``: position i's floor on every
     text that reaches it; ``plug_in_H2``: the pooled plug-in on the same strata.
     Chapter: *Positions in real text*."""
-    seed = checks.integer(seed, "seed", 0)
-    w = _weights(counts, weights)
-    halves = np.stack(split_texts(counts.num_texts, seed)) * w
-    _check_strata(counts, halves, seed)
+    halves, _ = _halves(counts, seed, weights)
     n, V, keys = counts.n, counts.V, counts.keys
     # the computation
-    pos = keys // V
-    index = np.int32 if max(keys.size, V) < 2**31 else np.int64  # as scipy keeps it
-    cols = (keys - pos * V).astype(index)
-    indptr = np.searchsorted(keys, np.arange(n + 1) * V).astype(index)
+    pos, cols, indptr = _layout(counts)
     order = np.argsort(-counts.model_lengths, kind="stable")  # longest texts first
     by_length, halves = sp.csr_array(counts.incidence[order]), halves[:, order]
     # texts [first[m + 1], first[m]) have length m
@@ -195,19 +208,11 @@ def thinned_hellinger(
     texts reaching i; ``plug_in_H2``: the pooled plug-in on the same subsets. Caveat:
     distances are attenuated at small counts, here the rarer one c_j for both positions.
     Chapter: *Positions in real text*."""
-    seed = checks.integer(seed, "seed", 0)
-    halves = np.stack(split_texts(counts.num_texts, seed)) * _weights(counts, weights)
-    _check_strata(counts, halves, seed)
-    n, V, keys, L = counts.n, counts.V, counts.keys, counts.model_lengths
+    halves, reach = _halves(counts, seed, weights)  # reach[:, j]: c_j; c_n = 0
+    n, V, keys = counts.n, counts.V, counts.keys
     # the computation
-    reach = np.zeros((2, n + 1), dtype=np.int64)  # c_j: drawn texts with L > j; c_n = 0
-    for h, half in enumerate(halves):
-        reach[h, :n] = np.bincount(L, half, minlength=n + 1)[::-1].cumsum()[::-1][1:]
     bounds, slot, delta = _events(counts, halves, reach, seed)
-    pos = keys // V
-    index = np.int32 if max(keys.size, V) < 2**31 else np.int64  # as scipy keeps it
-    cols = (keys - pos * V).astype(index)
-    indptr = np.searchsorted(keys, np.arange(n + 1) * V).astype(index)
+    pos, cols, indptr = _layout(counts)
     tally, root = np.zeros(2 * keys.size), np.zeros((3, keys.size))
     H2, plug_in, floor = np.zeros((n, n)), np.zeros((n, n)), np.zeros(n)
     for j in range(n - 1, -1, -1):
@@ -241,7 +246,22 @@ def corrected_geometry(
     f = (corrected_hellinger, stratified_hellinger, thinned_hellinger)
     f = f[ESTIMATORS.index(estimator)]
     # the computation
-    H2 = np.mean([f(counts, seed + s, weights).H2 for s in range(splits)], axis=0)
-    D = np.sqrt(np.clip(H2, 0.0, None))
-    np.fill_diagonal(D, 0.0)
-    return D
+    runs = [astuple(f(counts, seed + s, weights)) for s in range(splits)]
+    return SplitHalfHellinger(*(np.mean(x, axis=0) for x in zip(*runs))).D
+
+
+def bootstrap_corrected(
+    counts: TextCounts,
+    statistic: Callable[[np.ndarray], T],
+    replicates: int = 200,
+    seed: int = 0,
+    splits: int = 3,
+) -> list[T]:
+    """``statistic`` of the corrected geometry (``splits`` splits from ``seed``, as the
+    estimate's) of each of ``replicates`` seeded bootstrap resamples of the texts: the
+    sampling spread of a result on the corrected geometry. Chapter: *Positions in real
+    text*."""
+    weights = bootstrap_weights(counts.num_texts, replicates, seed)
+    return [
+        statistic(corrected_geometry(counts, seed, splits, weights=w)) for w in weights
+    ]

@@ -13,6 +13,7 @@ from posgeom_utils.geometry import hellinger_distances
 from posgeom_utils.marginals import TextCounts, _incidence
 from posgeom_utils.matched_counts import (
     _order,
+    bootstrap_corrected,
     corrected_geometry,
     stratified_hellinger,
     thinned_hellinger,
@@ -311,3 +312,22 @@ def test_corrected_geometry_averages_splits():
             corrected_geometry(counts, splits=bad)
     with pytest.raises(ValueError, match="seed must be"):
         corrected_geometry(counts, seed=-1)
+
+
+def test_bootstrap_corrected_is_the_statistic_of_each_resample() -> None:
+    """One seeded resample per replicate (those of ``bootstrap_weights``), the corrected
+    geometry of each on the same splits as the estimate: the statistic of each, in
+    order; a different seed draws different resamples."""
+    counts = _corpus(_two_blocks(), _steep(400, 40), np.random.default_rng(8))
+    top = lambda D: float(D[0, -1])  # noqa: E731
+    got = bootstrap_corrected(counts, top, replicates=4, seed=3, splits=2)
+    H2 = [(corrected_hellinger(counts, 3, w).H2 + corrected_hellinger(counts, 4, w).H2) / 2
+          for w in bootstrap_weights(counts.num_texts, 4, seed=3)]
+    want = [float(np.sqrt(max(h[0, -1], 0.0))) for h in H2]
+    assert got == pytest.approx(want, abs=1e-12) and len(set(got)) == 4
+    assert bootstrap_corrected(counts, top, 4, seed=3) == [
+        top(corrected_geometry(counts, 3, weights=w))
+        for w in bootstrap_weights(counts.num_texts, 4, seed=3)]
+    assert bootstrap_corrected(counts, top, replicates=4, seed=4) != got
+    with pytest.raises(ValueError, match="replicates must be"):
+        bootstrap_corrected(counts, top, replicates=1)
