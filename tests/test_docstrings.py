@@ -8,29 +8,19 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
+from booktools import toc_files  # tests/ is on sys.path under pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "posgeom_utils").rglob("*.py"))
 
 
-def toc_files(node: object) -> list[str]:
-    """The ``root`` and every ``file`` of a table of contents, in order."""
-    if isinstance(node, dict):
-        own = [node[k] for k in ("root", "file") if k in node]
-        return own + [f for value in node.values() for f in toc_files(value)]
-    return [f for item in node for f in toc_files(item)] if isinstance(node, list) else []
+def title(name: str) -> str:
+    """The ``# `` heading of a page of the table of contents (``notebooks/necessity``)."""
+    page = next(p for p in ROOT.glob(f"{name}.*") if p.suffix in (".md", ".ipynb"))
+    return next(line[2:].strip() for line in page.read_text().splitlines() if line.startswith("# "))
 
 
-def toc_titles() -> list[str]:
-    titles = []
-    for name in toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text())):
-        page = next(p for p in ROOT.glob(f"{name}.*") if p.suffix in (".md", ".ipynb"))
-        titles.append(next(line[2:].strip() for line in page.read_text().splitlines() if line.startswith("# ")))
-    return titles
-
-
-TITLES = set(toc_titles())
+TITLES = {title(name) for name in toc_files()}
 
 
 def public_objects(source: str):
@@ -61,14 +51,6 @@ def problems(doc: str | None) -> list[str]:
         return ["no 'Chapter: *<title>*'"]
     cited = re.findall(r"\*([^*\s][^*]*?)\*", doc[doc.index("Chapter:") :].split("\n\n")[0])
     return [f"unknown title *{t}*" for t in cited if " ".join(t.split()) not in TITLES]
-
-
-def test_titles_come_from_the_table_of_contents():
-    titles = toc_titles()
-    assert len(titles) == len(set(titles)) == len(toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text())))
-    assert {"Positions in real text", "The optimal encoding: classical MDS on Hellinger geometry",
-            "Beyond one machine", "Reproduction ledger"} <= TITLES
-    assert "MDS optimality" not in TITLES and "Low rank" not in TITLES
 
 
 @pytest.mark.parametrize("module", MODULES)

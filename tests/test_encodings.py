@@ -3,8 +3,8 @@ on Hellinger geometry* and *How many numbers does a positional encoding need?*.
 
 Each test checks one statement of a theorem box (the book links to these function names): sinusoidal and
 RoPE geometries depend only on the offset i - j, one RoPE head is the sinusoidal encoding, ALiBi is a
-rank-1 geometry with the standard slopes, learned tables are read correctly from three architectures,
-the MDS encoding reproduces its target, and the low-rank module has r (n + d) parameters and trains.
+rank-1 geometry with the standard slopes, the MDS encoding reproduces its target, and the low-rank module
+has r (n + d) parameters and trains (learned tables are read in tests/test_models.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from posgeom_utils.encodings import (
     sinusoidal,
 )
 from posgeom_utils.geometry import classical_mds, hellinger_distances, pairwise_distances, stress
-from posgeom_utils.models import learned_position_embeddings
 
 torch = pytest.importorskip("torch")
 
@@ -161,55 +160,6 @@ def test_alibi_is_rank_one_and_shift_equivariant(n):
     for bad in (0.0, -1.0, np.array([0.5, -0.5]), np.array([0.5, np.nan])):
         with pytest.raises(ValueError, match="slope must be a positive number"):
             alibi(n, bad)
-
-
-# --------------------------------------------------------------------------- learned tables
-
-TINY = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-            max_position_embeddings=40, vocab_size=100)
-
-
-@pytest.fixture(scope="module")
-def packaged_model():
-    """The packaged all-MiniLM-L6-v2 (offline), loaded once for the module."""
-    from posgeom_utils.models import load_model
-
-    return load_model(device="cpu")
-
-
-def test_learned_embeddings_from_three_architectures(packaged_model):
-    """The learned absolute table is read from BERT (position_embeddings), GPT-2 (wpe) and RoBERTa
-    (offset pad + 1); models without one are refused."""
-    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, RobertaConfig, RobertaModel
-
-    torch.manual_seed(0)
-    bert = BertModel(BertConfig(**TINY))
-    table = bert.embeddings.position_embeddings.weight.detach().numpy()
-    np.testing.assert_array_equal(learned_position_embeddings(bert, 10), table[:10])
-    assert learned_position_embeddings(bert).shape == (40, 32)
-
-    gpt2 = GPT2Model(GPT2Config(n_embd=32, n_layer=1, n_head=2, n_positions=40, vocab_size=100,
-                                bos_token_id=0, eos_token_id=0))
-    np.testing.assert_array_equal(learned_position_embeddings(gpt2, 10), gpt2.wpe.weight.detach().numpy()[:10])
-
-    roberta = RobertaModel(RobertaConfig(**TINY, pad_token_id=1))
-    table = roberta.embeddings.position_embeddings.weight.detach().numpy()
-    np.testing.assert_array_equal(learned_position_embeddings(roberta, 10), table[2:12])
-    assert learned_position_embeddings(roberta).shape == (38, 32)
-    np.testing.assert_array_equal(learned_position_embeddings(roberta, 38), table[2:40])
-    with pytest.raises(ValueError, match="n=39 exceeds the model's 38 learned positions"):
-        learned_position_embeddings(roberta, 39)
-    with pytest.raises(ValueError, match="n must be an integer >= 1"):
-        learned_position_embeddings(bert, 0)
-
-    relative = BertModel(BertConfig(**TINY, position_embedding_type="relative_key"))
-    with pytest.raises(ValueError, match="no learned absolute position embeddings"):
-        learned_position_embeddings(relative, 10)
-
-    W = learned_position_embeddings(packaged_model)
-    assert W.shape == (512, 384) and W.dtype == np.float64
-    np.testing.assert_array_equal(
-        W[:5], packaged_model.embeddings.position_embeddings.weight.detach().float().cpu().numpy()[:5])
 
 
 # --------------------------------------------------------------------------- the MDS encoding

@@ -407,6 +407,8 @@ def test_lowrank_planted_synthetic_corpus(k):
     assert result.effective_rank <= k, (
         f"rank={k} corpus: effective rank {result.effective_rank}, max D = {D.max():.3g}, "
         f"top eigenvalues {result.eigenvalues[:k + 2]}")
+    # the negative control: a drifting corpus of the same size is not low rank (the test can fail)
+    assert classical_mds(hellinger_distances(synthetic_mu("drift", n=40, V=200)), tol=1e-9).effective_rank > 5
 
 
 # --------------------------------------------------------------------------- definitions

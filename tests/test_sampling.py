@@ -16,6 +16,7 @@ from posgeom_utils.sampling import (
     percentile_interval,
     split_half_hellinger,
     split_texts,
+    t_interval,
 )
 
 N_POS, V = 12, 3000
@@ -122,6 +123,16 @@ def test_bad_input():
         split_texts(1)
     with pytest.raises(ValueError, match="replicates"):
         percentile_interval(np.ones(1))
+
+
+def test_t_interval():
+    """Mean and Student-t half-width over seeds: t_{0.975, 2} = 4.3027 for three values of sd 1."""
+    mean, half = t_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and half == pytest.approx(4.302652729911275 / np.sqrt(3))
+    assert t_interval([1.0, 2.0, 3.0], bounds=True) == pytest.approx((2.0, 2.0 - half, 2.0 + half))
+    assert np.isnan(t_interval([0.5])[1]) and np.isnan(t_interval([0.5], bounds=True)[1])
+    with pytest.raises(ValueError, match="values is empty"):
+        t_interval([])
 
 
 # ----------------------------------------------------------------- per-text counts and the bootstrap
