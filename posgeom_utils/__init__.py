@@ -1,6 +1,5 @@
-"""posgeom_utils: the helper package of the executable book *The Geometry of Positional
-Encodings*. Each public object's docstring names the chapter that explains it.
-Chapter: *Preface*."""
+"""Helpers of the book *The Geometry of Positional Encodings*; each public object's
+docstring names its chapter. Chapter: *Preface*."""
 
 from .corpus import Corpus, SyntheticCorpus, load_corpus, synthetic_corpus, synthetic_mu
 from .geometry import bhattacharyya, fisher_rao_distances, hellinger_distances

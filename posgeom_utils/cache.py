@@ -52,9 +52,8 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
 
 
 def read_or_discard(path: Path, read: Callable[[Path], T]) -> T | None:
-    """``read(path)``; ``None`` when there is no file, or when it does not load
-    (truncated, overwritten, not what it should be): then a warning names the file and
-    it is removed, so the caller computes it afresh. Chapter: *Reproduction ledger*."""
+    """``read(path)``, or ``None`` if the file is missing or damaged (then it is removed
+    with a warning, to be computed afresh). Chapter: *Reproduction ledger*."""
     path = Path(path)
     if not path.is_file():
         return None
@@ -70,8 +69,7 @@ def read_or_discard(path: Path, read: Callable[[Path], T]) -> T | None:
 
 
 def write_json(path: Path, data: Any) -> Path:
-    """Write ``data`` as indented, key-sorted JSON, atomically. Chapter: *Reproduction
-    ledger*."""
+    """Write ``data`` as key-sorted JSON, atomically. Chapter: *Reproduction ledger*."""
     text = json.dumps(data, indent=1, sort_keys=True, allow_nan=True)
     return atomic_write(Path(path), lambda tmp: tmp.write_text(text))
 

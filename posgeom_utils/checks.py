@@ -25,8 +25,7 @@ def integer(
     maximum: int | None = None,
     fix: str = "",
 ) -> int:
-    """``value`` as an ``int`` in ``[minimum, maximum]``. Chapter: *Positions in real
-    text*."""
+    """``value`` as an int in [minimum, maximum]. Chapter: *Positions in real text*."""
     ok = isinstance(value, (int, np.integer)) and not isinstance(
         value, (bool, np.bool_)
     )
@@ -56,9 +55,8 @@ def number(
     high_open: bool = False,
     fix: str = "",
 ) -> float:
-    """``value`` as a finite ``float`` in the interval from ``low`` to ``high`` (open
-    ends where asked). NaN, infinities and booleans are refused. Chapter: *Positions in
-    real text*."""
+    """``value`` as a finite float from ``low`` to ``high`` (open ends where asked; NaN,
+    infinities and booleans refused). Chapter: *Positions in real text*."""
     real = isinstance(value, (int, float, np.integer, np.floating))
     ok = (
         real and not isinstance(value, (bool, np.bool_)) and math.isfinite(float(value))

@@ -35,8 +35,7 @@ SYNTHETIC_KINDS = ("stationary", "drift", "shift", "lowrank")
 
 @dataclass
 class Corpus:
-    """Texts with integer labels (-1 where hidden). Chapter: *Positions in real
-    text*."""
+    """Texts and labels (0/1; -1 where hidden). Chapter: *Positions in real text*."""
 
     name: str
     split: str
@@ -60,8 +59,7 @@ class Corpus:
         )
 
     def sample(self, size: int | None, seed: int = 0) -> "Corpus":
-        """A seeded subset of ``size`` texts, in order. Chapter: *Positions in real
-        text*."""
+        """``size`` seeded random texts, in order. Chapter: *Positions in real text*."""
         if size is None:
             return self
         size = checks.integer(size, "sample size")
@@ -84,8 +82,7 @@ class Corpus:
 
     @property
     def key(self) -> dict:
-        """What identifies this corpus in a cache key. Chapter: *Positions in real
-        text*."""
+        """Identifies the corpus in a cache key. Chapter: *Positions in real text*."""
         return {
             "name": self.name,
             "split": self.split,
@@ -95,9 +92,8 @@ class Corpus:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line without its ending) of a UTF-8 file, gzipped when its name
-    ends in ``.gz``; a file that cannot be read raises a ``ValueError`` naming it and
-    the last line read."""
+    """(line number, line) of a UTF-8 file, gunzipped if ``.gz``; a read error raises a
+    ``ValueError`` naming the file and the last line read."""
     opener = gzip.open if path.suffix == ".gz" else open
     k = 0
     try:
@@ -347,9 +343,8 @@ def synthetic_corpus(
 
 
 def draw_positions(mu: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Token ids with position ``i`` drawn from ``mu[i]`` by inverting its CDF at the
-    uniforms ``u[:, i]``. Chapter: *The optimal encoding: classical MDS on Hellinger
-    geometry*."""
+    """Token ids, position ``i`` drawn from ``mu[i]`` by inverse CDF at ``u[:, i]``.
+    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     cdf = np.cumsum(mu, axis=1)
     cdf[:, -1] = 1.0
     ids = np.empty(u.shape, dtype=np.int64)

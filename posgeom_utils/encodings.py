@@ -81,9 +81,8 @@ def alibi(n: int, slope: float | np.ndarray = 1.0) -> np.ndarray:
 
 
 def mds_encoding(D: np.ndarray, d: int, r: int | None = None) -> np.ndarray:
-    """The optimal encoding: classical MDS of D in rank ``r`` (default: its rank, at
-    most d), padded with zero columns to width d. Chapter: *How many numbers does a
-    positional encoding need?*."""
+    """Classical MDS of D in rank ``r`` (default: its rank, at most d), zero-padded to
+    width d. Chapter: *How many numbers does a positional encoding need?*."""
     D = checks.distance_matrix(D)
     d = checks.integer(d, "d")
     # the computation
@@ -127,9 +126,8 @@ def saving_configurations(
     d_values: Iterable[int],
     ranks: Iterable[int],
 ) -> "pd.DataFrame":
-    """Every (n, d, r) of the grids whose saving 1 - r (n + d) / (n d) lies in [low,
-    high) (exact decimal arithmetic). Chapter: *How many numbers does a positional
-    encoding need?*."""
+    """Every grid (n, d, r) whose saving 1 - r (n + d) / (n d) is in [low, high) (exact
+    arithmetic). Chapter: *How many numbers does a positional encoding need?*."""
     import pandas as pd
 
     lo, hi = (
@@ -207,9 +205,8 @@ def _torch_module():
         def from_mds(
             cls, D: np.ndarray, d: int, r: int, scale: float = 1.0, seed: int = 0
         ) -> "LowRankPositionalEncoding":
-            """A = scale U_r Lambda_r^(1/2), the rank-r classical MDS of D, and B
-            orthonormal. Chapter: *How many numbers does a positional encoding
-            need?*."""
+            """A = scale U_r Lambda_r^(1/2), rank-r classical MDS of D; B orthonormal.
+            Chapter: *How many numbers does a positional encoding need?*."""
             coords = classical_mds(D, r).P * scale
             module = cls(coords.shape[0], d, r)
             gen = torch.Generator().manual_seed(seed)

@@ -1,14 +1,10 @@
-"""Fine-tuning a pre-trained encoder as a classifier while recording its learned
-position table.
-
-Chapter: *Do distinct positions get distinct vectors?* (how the learned absolute
-position embeddings of a pre-trained model move when it is fine-tuned on a downstream
-task). :func:`prepare_finetune` checks the inputs, builds the classifier and encodes the
-texts; :func:`finetune` trains that with
-:func:`~posgeom_utils.training.train_classifier` (seeding, evaluation, checkpoints and
-resume) and records the table at step 0 and at every evaluation. Dropout is resumable:
-the masks of the n-th training forward pass come from a generator seeded by ``(seed,
-n)``, and ``n`` is in the state dict."""
+"""Fine-tuning a pre-trained encoder as a classifier, recording its learned position
+table. Chapter: *Do distinct positions get distinct vectors?*. :func:`prepare_finetune`
+checks the inputs, builds the classifier and encodes the texts; :func:`finetune` trains
+it with :func:`~posgeom_utils.training.train_classifier` (seeding, evaluation,
+checkpoints, resume), recording the table at step 0 and at every evaluation. Dropout is
+resumable: the masks of the n-th training pass come from a generator seeded by
+``(seed, n)``, and ``n`` is in the state dict."""
 
 from __future__ import annotations
 
@@ -42,7 +38,7 @@ __all__ = [
     "prepare_finetune",
 ]
 
-#: file beside ``checkpoint.pt`` that keeps the recorded position tables of a run (for resume)
+#: beside ``checkpoint.pt``: the recorded position tables of a run (for resume)
 RECORDS_FILE = "position_records.npz"
 
 
@@ -70,7 +66,7 @@ class PretrainedClassifier(nn.Module):
         self.pad_token_id = (
             pad_token_id if pad_token_id is not None else encoder.config.pad_token_id
         )
-        # training forward passes so far: seeds the dropout masks, saved with the weights
+        # training passes so far: seeds the dropout masks, saved with the weights
         self.register_buffer("train_forwards", torch.zeros((), dtype=torch.long))
         self.train(encoder.training)
 
@@ -89,8 +85,7 @@ class PretrainedClassifier(nn.Module):
 
     @contextlib.contextmanager
     def _dropout_masks(self, device: torch.device) -> Iterator[None]:
-        """In training, draw this pass's dropout masks from the generator of ``(seed,
-        pass)``."""
+        """In training, seed this pass's dropout masks by ``(seed, pass)``."""
         if not self.training:
             yield
             return
@@ -125,9 +120,8 @@ class PretrainedClassifier(nn.Module):
 def encode_texts(
     texts: Sequence[str], tokenizer: Any, max_len: int
 ) -> tuple[torch.Tensor, ...]:
-    """Token ids and attention mask (``LongTensor``, n x max_len) of ``texts``: special
-    tokens kept, truncated and right-padded to ``max_len``. Chapter: *Do distinct
-    positions get distinct vectors?*."""
+    """Token ids and attention mask (int64, n x max_len): special tokens kept,
+    truncated, right-padded. Chapter: *Do distinct positions get distinct vectors?*."""
     texts, max_len = check_texts(texts), integer(max_len, "max_len", 2)
     if getattr(tokenizer, "pad_token_id", None) is None:
         raise ValueError(
@@ -272,12 +266,10 @@ def finetune(
     device: str | None = None,
 ) -> tuple[PretrainedClassifier, History, list[tuple[int, np.ndarray]]]:
     """Fine-tune ``model_name`` with a linear head (:func:`prepare_finetune`, then
-    :func:`~posgeom_utils.training.train_classifier`); return ``(model, history,
-    records)``.
-
-    ``records`` lists ``(step, table)``: the first ``n_record`` rows (default
-    ``max_len``) of the position table at step 0 and after every evaluation. With
-    ``config.checkpoint_dir`` an interrupted run resumes (weights, history and records).
+    :func:`~posgeom_utils.training.train_classifier`). Returns
+    ``(model, history, records)``, ``records`` the ``(step, table)`` of the first
+    ``n_record`` rows (default ``max_len``) at step 0 and after each evaluation; with
+    ``config.checkpoint_dir`` an interrupted run resumes (weights, history, records).
     Chapter: *Do distinct positions get distinct vectors?*."""
     options = dict(
         max_len=max_len, record_every=record_every, n_record=n_record, device=device
@@ -297,7 +289,7 @@ def finetune(
 
     data = (run.X_train, run.y_train, run.X_eval, run.y_eval)
     history = train_classifier(run.model, *data, run.config, callback=record)
-    # tables recorded after the last checkpoint of an interrupted run were recomputed on resume
+    # on resume, tables recorded after the last checkpoint were recomputed
     return (
         run.model,
         history,

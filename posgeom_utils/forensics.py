@@ -87,8 +87,8 @@ ROPE_LAYOUTS: dict[str, Callable[[int], tuple[int, int]]] = {
     "one head of 64": lambda d: (64, 1),
     "12 heads of d/12 pooled": lambda d: (d // 12, 12),
 }
-#: ALiBi slope conventions (12 heads, the standard schedule): name -> (n -> slopes, pool); "mean"
-#: averages the per-head stresses, "pooled" sums squared distances
+#: ALiBi slope conventions (12 heads, standard schedule): name -> (n -> slopes, pool);
+#: "mean" averages the per-head stresses, "pooled" sums squared distances
 SLOPES: dict[str, Callable[[int], tuple[np.ndarray, str]]] = {
     "per-head mean (12 heads)": lambda n: (alibi_slopes(12), "mean"),
     "first head (12 heads)": lambda n: (alibi_slopes(12)[:1], "mean"),
@@ -109,8 +109,8 @@ def sinusoid_profile(n: int, d: int, heads: int = 1) -> np.ndarray:
 
 
 def alibi_profiles(n: int, slopes: np.ndarray, form: str) -> np.ndarray:
-    """Per-head ALiBi distance at each lag (heads x n): m |k| (``linear``) or sqrt(2 - 2
-    exp(-m |k|)) (``kernel``). Chapter: *Appendix: which stress did the paper report?*."""
+    """ALiBi distance per head and lag (heads x n): m |k| (linear) or sqrt(2 - 2 exp(-m
+    |k|)) (kernel). Chapter: *Appendix: which stress did the paper report?*."""
     k = np.arange(n, dtype=np.float64)[None, :]
     m = np.asarray(slopes, dtype=np.float64)[:, None]
     if checks.choice(form, "form", ALIBI_FORMS) == "linear":
@@ -119,7 +119,7 @@ def alibi_profiles(n: int, slopes: np.ndarray, form: str) -> np.ndarray:
 
 
 def padded_mu(counts: np.ndarray, num_sequences: int) -> np.ndarray:
-    """Distributions when every text is padded to length n (one extra ``[PAD]`` column).
+    """Distributions when every text is padded to length n (an extra ``[PAD]`` column).
     Chapter: *Appendix: which stress did the paper report?*."""
     counts = np.asarray(counts, dtype=np.float64)
     pad = num_sequences - counts.sum(axis=1, keepdims=True)
@@ -129,8 +129,8 @@ def padded_mu(counts: np.ndarray, num_sequences: int) -> np.ndarray:
 
 
 def match_error(q: str, value: float | np.ndarray, paper: float) -> Any:
-    """Error of ``value`` against the paper's number in units of the tolerance of
-    quantity ``q`` (<= 1 is a match). Chapter: *Appendix: which stress did the paper report?*."""
+    """Error of ``value`` against the paper's number, in tolerances of quantity ``q``
+    (<= 1: a match). Chapter: *Appendix: which stress did the paper report?*."""
     kind, tol = TOLERANCES[q]
     value = np.asarray(value, dtype=np.float64)
     err = np.abs(value - paper) / abs(paper) if kind == "rel" else np.abs(value - paper)

@@ -58,9 +58,8 @@ def fisher_rao_distances(mu: Any, validate: bool = True) -> np.ndarray:
 
 
 def pairwise_distances(P: np.ndarray, name: str = "P") -> np.ndarray:
-    """Euclidean distances between the rows of an encoding ``P`` (n x d), via its
-    centred Gram. Chapter: *The optimal encoding: classical MDS on Hellinger
-    geometry*."""
+    """Euclidean distances between the rows of ``P`` (n x d), via its centred Gram.
+    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     X = checks.finite_array(P, name)
     X = X - X.mean(axis=0)
     sq = np.einsum("ij,ij->i", X, X)
@@ -73,9 +72,8 @@ def pairwise_distances(P: np.ndarray, name: str = "P") -> np.ndarray:
 def paired_distances(
     E: Any, D: Any, triangle: str = "upper"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The entries (e, t) of two n x n distance matrices over the pairs i < j
-    (``upper``) or all (``full``). Chapter: *The optimal encoding: classical MDS on
-    Hellinger geometry*."""
+    """(e, t) entries of E and D (n x n) over pairs i < j (``upper``) or all (``full``).
+    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     E, D = checks.distance_matrix(E, "E"), checks.distance_matrix(D, "D")
     if E.shape != D.shape:
         raise ValueError(
@@ -98,9 +96,8 @@ def double_centred_gram(D: np.ndarray) -> np.ndarray:
 
 
 def effective_rank(eigenvalues: np.ndarray, tol: float = 1e-9) -> int:
-    """Number of eigenvalues above ``tol`` times the largest one; 0 when the largest is
-    rounding error. Chapter: *The optimal encoding: classical MDS on Hellinger
-    geometry*."""
+    """Count of eigenvalues above ``tol`` x the largest; 0 if that is rounding error.
+    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     lam = checks.finite_array(eigenvalues, "eigenvalues", ndim=1)
     tol = checks.number(tol, "tol", 0, 1, high_open=True)
     top = lam.max(initial=0.0)
@@ -126,18 +123,16 @@ class MDSResult:
 
     @property
     def negative_mass(self) -> float:
-        """Sum of |negative eigenvalues| over sum of |eigenvalues|: 0 when D is
-        Euclidean. Chapter: *The optimal encoding: classical MDS on Hellinger
-        geometry*."""
+        """Sum |negative eigenvalues| / sum |eigenvalues|: 0 when D is Euclidean.
+        Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
         lam = self.eigenvalues
         total = np.abs(lam).sum()
         return float(np.abs(lam[lam < 0]).sum() / total) if total > 0 else 0.0
 
 
 def classical_mds(D: np.ndarray, r: int | None = None, tol: float = 1e-9) -> MDSResult:
-    """Algorithm 1 (Torgerson-Gower): the top-``r`` coordinates of B = -1/2 J D^2 J
-    (``r=None``: the effective rank). Chapter: *The optimal encoding: classical MDS on
-    Hellinger geometry*."""
+    """Algorithm 1: top-``r`` coordinates of B = -1/2 J D^2 J (None: effective rank).
+    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     tol = checks.number(tol, "tol", 0, 1, high_open=True)
     # the computation
     B = double_centred_gram(D)
@@ -154,9 +149,8 @@ def classical_mds(D: np.ndarray, r: int | None = None, tol: float = 1e-9) -> MDS
 
 
 def stress(P: np.ndarray, D: np.ndarray, scale: str = "raw") -> float:
-    """The normalised stress of encoding ``P`` against ``D`` ({prf:ref}`def-stress`),
-    ``fitted``: after the best scale. Chapter: *The optimal encoding: classical MDS on
-    Hellinger geometry*."""
+    """Stress ({prf:ref}`def-stress`) of encoding ``P`` vs ``D``, ``fitted``: at the
+    best scale. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     D = checks.distance_matrix(D)
     P = np.asarray(P)
     if P.ndim != 2 or P.shape[0] != D.shape[0]:
@@ -199,9 +193,8 @@ def smacof(
     max_iter: int = 300,
     eps: float = 1e-6,
 ) -> np.ndarray:
-    """Metric MDS (SMACOF) at dimension ``r`` from classical MDS (or ``init``), never
-    above its start. Chapter: *The optimal encoding: classical MDS on Hellinger
-    geometry*."""
+    """SMACOF in rank ``r`` from classical MDS (or ``init``), never above its start.
+    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     from sklearn.manifold import smacof as _smacof
 
     D = checks.distance_matrix(D)
@@ -306,9 +299,8 @@ def stress_by_rank(D: np.ndarray, ranks: list[int]) -> "pd.DataFrame":
 
 @dataclass
 class ViolationRate:
-    """How often distances disagree with sequence distance
-    (:func:`monotonicity_violation_rate`). Chapter: *Are nearby positions encoded
-    nearby?*."""
+    """Result of :func:`monotonicity_violation_rate`: how often distances disagree with
+    sequence distance. Chapter: *Are nearby positions encoded nearby?*."""
 
     rate: float
     comparisons: int  # comparisons counted (exact) or sampled
@@ -381,8 +373,7 @@ def _pair_counts(D: np.ndarray, eps: float) -> tuple[float, int]:
 def _sampled_distances(
     D: np.ndarray, kind: str, sample: int, seed: int
 ) -> tuple[np.ndarray, ...]:
-    """Distances of the nearer and of the farther pair in ``sample`` seeded random
-    comparisons."""
+    """Distances of the nearer and the farther pair in ``sample`` seeded comparisons."""
     n = D.shape[0]
     rng = np.random.default_rng(seed)
     if kind == "triplets":
@@ -423,7 +414,6 @@ def monotonicity_violation_rate(
             f"need at least 3 positions to compare distances, got n={D.shape[0]}"
         )
     if sample is None:
-        # |i - j|
         lags = np.abs(np.subtract.outer(np.arange(len(D)), np.arange(len(D))))
         triplets = kind == "triplets"
         violations, total = (
@@ -442,8 +432,7 @@ def monotonicity_violation_rate(
 
 
 def _centred(M: np.ndarray, name: str) -> np.ndarray:
-    """``M`` with centred columns; ``ValueError`` when all its rows are equal up to
-    rounding."""
+    """``M``, columns centred; ``ValueError`` if its rows are equal up to rounding."""
     Mc = M - M.mean(0)
     if np.abs(Mc).max() <= 1e-12 * np.abs(M).max():
         raise ValueError(
@@ -489,9 +478,8 @@ def tie_robust(x: np.ndarray, digits: int = 9) -> np.ndarray:
 
 
 def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> "pd.DataFrame":
-    """Per encoding: rank, raw and fitted stress against ``D``, best scale, Spearman rho
-    of the distances. Chapter: *The optimal encoding: classical MDS on Hellinger
-    geometry*."""
+    """Per encoding: rank, raw and fitted stress vs ``D``, best scale, Spearman rho of
+    distances. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     import pandas as pd
     from scipy.stats import spearmanr
 
@@ -529,9 +517,8 @@ def _position_gram(P: np.ndarray) -> np.ndarray:
 
 
 def dot_monotonicity(P: np.ndarray) -> float:
-    """Wang et al.'s (2021) monotonicity: the share of triples, j and k on one side of
-    i, |i - j| < |i - k|, with p_i . p_j > p_i . p_k (ties one half). Chapter: *Related
-    work*."""
+    """Wang et al.'s (2021) monotonicity: share of triples (j, k on one side of i,
+    |i - j| < |i - k|) with p_i . p_j > p_i . p_k, ties 1/2. Chapter: *Related work*."""
     G = _position_gram(P)
     n = len(G)
     i, j, k = np.meshgrid(np.arange(n), np.arange(n), np.arange(n), indexing="ij")
@@ -542,9 +529,8 @@ def dot_monotonicity(P: np.ndarray) -> float:
 
 
 def translation_invariance(P: np.ndarray) -> float:
-    """Wang et al.'s (2021) translation invariance: the share of the variance of the
-    dot products p_i . p_j (i != j) explained by the offset j - i. Chapter: *Related
-    work*."""
+    """Wang et al.'s (2021) translation invariance: share of the variance of p_i . p_j
+    (i != j) explained by the offset j - i. Chapter: *Related work*."""
     G = _position_gram(P)
     n = len(G)
     offsets = np.subtract.outer(np.arange(n), np.arange(n))

@@ -1,12 +1,10 @@
-"""The lazy regime run to convergence: the positional table trained alone in the masked
-model linearised at a zero table, on the population gradient.
-
-Chapter: *Are nearby positions encoded nearby?*. With the model's logits linearised at
-the mask embedding, ``z_i = z_0 + J p_i``, and positions independent, each row of the
-table follows ``p_i <- p_i - lr J^T (softmax(z_0 + J p_i) - mu_i)``. The first step is
-linear in ``mu_i`` (the L2, kernel-mean geometry); the fixed point matches
-``log mu_i`` up to a constant where ``J`` reaches every logit vector (the log-ratio
-geometry). :func:`linearised_table_flow` follows the table from one to the other."""
+"""The lazy regime run to convergence: the positional table alone trained in the masked
+model linearised at a zero table, on the population gradient. Chapter: *Are nearby
+positions encoded nearby?*. With logits ``z_i = z_0 + J p_i`` (linearised at the mask
+embedding) and independent positions, each row follows
+``p_i <- p_i - lr J^T (softmax(z_0 + J p_i) - mu_i)``: the first step is linear in
+``mu_i`` (the L2, kernel-mean geometry), the fixed point matches ``log mu_i`` up to a
+constant where ``J`` reaches every logit vector (the log-ratio geometry)."""
 
 from __future__ import annotations
 
@@ -19,9 +17,8 @@ from .checks import integer, number, probability_rows
 
 @dataclass(frozen=True)
 class LazyFlow:
-    """The table at the recorded ``steps`` (``tables[k]`` is n x d) and the mean
-    cross-entropy gap to its floor, the mean entropy of ``mu`` (``loss_gap[k]``).
-    Chapter: *Are nearby positions encoded nearby?*."""
+    """``tables[k]`` (n x d) at ``steps[k]``, ``loss_gap[k]``: mean cross-entropy minus
+    the mean entropy of ``mu``. Chapter: *Are nearby positions encoded nearby?*."""
 
     steps: np.ndarray
     tables: np.ndarray
@@ -37,9 +34,9 @@ def linearised_table_flow(
     records: int = 40,
 ) -> LazyFlow:
     """Gradient descent from a zero table on the population cross-entropy of the
-    linearised model (``J``: V x d Jacobian of the logits at the mask embedding, ``z0``:
-    its logits); the table and the loss gap at ``records`` log-spaced steps.
-    Chapter: *Are nearby positions encoded nearby?*."""
+    linearised model (``J``: V x d logit Jacobian at the mask embedding, ``z0``: its
+    logits), recorded at ``records`` log-spaced steps. Chapter: *Are nearby positions
+    encoded nearby?*."""
     mu = np.asarray(mu, dtype=np.float64)
     probability_rows(mu, "mu")
     J, z0 = np.asarray(J, dtype=np.float64), np.asarray(z0, dtype=np.float64)

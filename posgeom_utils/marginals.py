@@ -29,8 +29,7 @@ MERGE_KEYS = ("n", "V", "special_tokens", "align", "view", "tokenizer_sha", "ver
 
 
 def _csr(keys: np.ndarray, values: np.ndarray, n: int, V: int) -> sp.csr_array:
-    """The n x V CSR matrix holding ``values`` at the sorted, distinct flat keys ``i * V
-    + v``."""
+    """n x V CSR matrix of ``values`` at sorted, distinct flat keys ``i * V + v``."""
     rows = keys // V
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
@@ -40,8 +39,7 @@ def _csr(keys: np.ndarray, values: np.ndarray, n: int, V: int) -> sp.csr_array:
 
 @dataclass
 class PositionalMarginals:
-    """Token counts per position, and their ``mu``. Chapter: *Positions in real
-    text*."""
+    """Token counts per position and their ``mu``. Chapter: *Positions in real text*."""
 
     counts: sp.csr_array  # (n, V) int64: how often token v stands at position i
     support: np.ndarray  # (n,) int64: how many sequences reach position i
@@ -65,8 +63,7 @@ class PositionalMarginals:
         return int(self.length_hist.sum())
 
     def mu(self, smoothing: float = 0.0) -> np.ndarray:
-        """The distributions, ``smoothing`` added to counts. Chapter: *Positions in real
-        text*."""
+        """mu, with ``smoothing`` added to counts. Chapter: *Positions in real text*."""
         fix = "pass 0 (plain frequencies) or a small pseudo-count such as 0.5"
         smoothing = checks.number(smoothing, "smoothing", 0, fix=fix)
         empty = np.flatnonzero(self.support == 0)
@@ -105,8 +102,7 @@ class PositionalMarginals:
         )
 
     def entropy(self, base: float = 2.0) -> np.ndarray:
-        """Shannon entropy of each mu_i (bits by default). Chapter: *Positions in real
-        text*."""
+        """Entropy of each mu_i (default: bits). Chapter: *Positions in real text*."""
         fix = "pass 2 (bits) or math.e (nats)"
         base = checks.number(base, "base", 0, low_open=True, fix=fix)
         if base == 1:
@@ -120,8 +116,7 @@ class PositionalMarginals:
         return h / np.log(base)
 
     def top_tokens(self, i: int, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
-        """The ``k`` commonest tokens at ``i``, with shares. Chapter: *Positions in real
-        text*."""
+        """Top ``k`` tokens at ``i``, with shares. Chapter: *Positions in real text*."""
         i = checks.integer(i, "i", 0, self.n - 1)
         k = checks.integer(k, "k", fix="how many tokens to list, e.g. k=5")
         row = self.counts[[i]]
@@ -129,8 +124,7 @@ class PositionalMarginals:
         return row.indices[order], row.data[order] / max(int(self.support[i]), 1)
 
     def merge(self, other: "PositionalMarginals") -> "PositionalMarginals":
-        """The counts of both corpora together, exactly. Chapter: *Beyond one
-        machine*."""
+        """Both corpora's counts, summed. Chapter: *Beyond one machine*."""
         if not isinstance(other, PositionalMarginals):
             raise TypeError(
                 f"other must be a PositionalMarginals, got {type(other).__name__}"
@@ -159,8 +153,7 @@ class PositionalMarginals:
         )
 
     def save(self, path: Path) -> Path:
-        """Write atomically to ``path`` (an ``.npz``). Chapter: *Positions in real
-        text*."""
+        """Write ``path`` (``.npz``) atomically. Chapter: *Positions in real text*."""
         c = self.counts
 
         arrays = dict(
@@ -199,8 +192,7 @@ def special_template(tokenizer: Any) -> tuple[list[int], list[int]]:
 
 
 class _Encoder:
-    """Tokenize a batch of texts (no special tokens, no truncation) into flat ids and
-    lengths."""
+    """Tokenize texts (no special tokens, no truncation) into flat ids and lengths."""
 
     def __init__(self, tokenizer: Any):
         self.tokenizer = tokenizer
@@ -228,9 +220,8 @@ class _Encoder:
 
 
 class _Counter:
-    """Accumulates flat keys ``i * V + v`` and folds them into sparse counts, one sort
-    per buffer (memory: the buffer plus the non-zero counts, never a dense n x V
-    array)."""
+    """Folds flat keys ``i * V + v`` into sparse counts, one sort per buffer (memory:
+    the buffer and the non-zero counts, never a dense n x V array)."""
 
     def __init__(self, n: int, V: int, buffer_tokens: int):
         self.n, self.V, self.buffer_tokens = n, V, buffer_tokens
@@ -365,9 +356,8 @@ def counting_params(
     align: str = "start",
     view: str = "model",
 ) -> dict:
-    """What a count depends on besides the texts (the cache key and the merge check):
-    ``n``, ``V``, the policies and the tokenizer's content hash. Chapter: *Positions in
-    real text*."""
+    """What a count depends on besides the texts (cache key, merge check): ``n``, ``V``,
+    the policies, the tokenizer's content hash. Chapter: *Positions in real text*."""
     params = dict(
         n=checks.integer(n, "n"),
         V=len(tokenizer),
@@ -465,8 +455,7 @@ def positional_marginals(
 
 @dataclass
 class TextCounts:
-    """Which (position, token) pairs each text contributes. Chapter: *Positions in real
-    text*."""
+    """The (position, token) pairs of each text. Chapter: *Positions in real text*."""
 
     incidence: sp.csr_array  # (N, K) int8 0/1: text t has pair keys[k]
     keys: np.ndarray  # (K,) int64 flat keys i * V + v, sorted
@@ -501,9 +490,8 @@ class TextCounts:
         )
 
     def marginals(self, weights: np.ndarray | None = None) -> PositionalMarginals:
-        """The counts of the corpus in which text ``t`` appears ``weights[t]`` times
-        (integers >= 0; all ones by default: the corpus itself). Chapter: *Positions in
-        real text*."""
+        """Counts of the corpus with text ``t`` drawn ``weights[t]`` times (ints >= 0;
+        default all ones: the corpus itself). Chapter: *Positions in real text*."""
         N = self.num_texts
         weights = np.ones(N, dtype=np.int64) if weights is None else np.asarray(weights)
         if weights.shape != (N,) or not np.issubdtype(weights.dtype, np.integer):
@@ -559,8 +547,7 @@ def text_counts(
 
 
 def _incidence(flat, text_ids, model_lengths, full_lengths, n, V, params) -> TextCounts:
-    """The :class:`TextCounts` of the flat keys ``flat`` contributed by the texts
-    ``text_ids``."""
+    """The :class:`TextCounts` of flat keys ``flat`` from texts ``text_ids``."""
     keys, column = np.unique(flat, return_inverse=True)
     incidence = sp.csr_array(
         (np.ones(flat.size, dtype=np.int8), (text_ids, column)),
@@ -586,9 +573,8 @@ def _check_ids(ids: Any, V: int) -> np.ndarray:
 def marginals_from_ids(
     ids: np.ndarray, V: int, n: int | None = None
 ) -> PositionalMarginals:
-    """Positional counts of equal-length token-id sequences (an N x L array), e.g. a
-    synthetic corpus. Chapter: *The optimal encoding: classical MDS on Hellinger
-    geometry*."""
+    """Positional counts of an N x L array of token ids (e.g. a synthetic corpus).
+    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     ids = _check_ids(ids, V)
     n = ids.shape[1] if n is None else min(checks.integer(n, "n"), ids.shape[1])
     counter = _Counter(n, V, buffer_tokens=2**62)

@@ -27,11 +27,10 @@ ESTIMATORS = ("split-half", "stratified", "thinned")
 def _halves(
     counts: TextCounts, seed: int, weights: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The weights of the two halves of :func:`split_texts` (``seed``) in the resample
-    ``weights`` (checked by :meth:`TextCounts.marginals`; all ones by default) and
-    ``reach[h, j]``: the drawn texts of half h that reach position j (``reach[:, n]``
-    is 0). Every text must fill the positions 0..L-1 (L: its model length), and every
-    position be reached by at least 2 drawn texts in each half."""
+    """Weights of the two halves of :func:`split_texts` (``seed``) in the resample
+    ``weights`` (default all ones), and ``reach[h, j]``: drawn texts of half h reaching
+    position j (``reach[:, n]`` = 0). Each text must fill positions 0..L-1 (L: its model
+    length), and each position be reached by >= 2 drawn texts per half."""
     seed = checks.integer(seed, "seed", 0)
     w = np.ones(counts.num_texts, dtype=np.int64) if weights is None else weights
     counts.marginals(w)  # checks the weights: one integer >= 0 per text
@@ -110,14 +109,13 @@ def _column(
 def stratified_hellinger(
     counts: TextCounts, seed: int = 0, weights: np.ndarray | None = None
 ) -> SplitHalfHellinger:
-    """Split-half corrected squared Hellinger distances in which each pair i < j is
-    estimated on the texts that reach position j (``model_lengths > j``), floors
-    included: both positions then have the same texts and equal counts, and the
-    correction is centred at 0 for equal distributions whatever the counts. The halves
-    are those of :func:`~posgeom_utils.sampling.corrected_hellinger` (same ``seed``;
-    optional integer bootstrap ``weights``). ``floor[i]``: position i's floor on every
-    text that reaches it; ``plug_in_H2``: the pooled plug-in on the same strata.
-    Chapter: *Positions in real text*."""
+    """Split-half corrected squared Hellinger distances, each pair i < j estimated on
+    the texts reaching j (``model_lengths > j``), floors included: both positions then
+    have the same texts, so the correction is centred at 0 for equal distributions
+    whatever the counts. Halves and ``seed`` as in
+    :func:`~posgeom_utils.sampling.corrected_hellinger` (optional integer bootstrap
+    ``weights``); ``floor[i]`` on all texts reaching i, ``plug_in_H2`` pooled on the
+    same strata. Chapter: *Positions in real text*."""
     halves, _ = _halves(counts, seed, weights)
     n, V, keys = counts.n, counts.V, counts.keys
     # the computation
@@ -198,15 +196,14 @@ def _events(
 def thinned_hellinger(
     counts: TextCounts, seed: int = 0, weights: np.ndarray | None = None
 ) -> SplitHalfHellinger:
-    """Split-half corrected squared Hellinger distances in which, for each pair i < j,
-    position i is estimated, in each half, on the first c_j of the half's texts that
-    reach i in a seeded random order (c_j: how many of the half's texts reach j), and j
-    on all of them: equal counts, so the correction is centred at 0 for equal
-    distributions, and i keeps its own mu_i. The halves are those of
-    :func:`~posgeom_utils.sampling.corrected_hellinger`; with integer bootstrap
-    ``weights`` a text drawn w times counts w times in the prefix. ``floor[i]``: on all
-    texts reaching i; ``plug_in_H2``: the pooled plug-in on the same subsets. Caveat:
-    distances are attenuated at small counts, here the rarer one c_j for both positions.
+    """Split-half corrected squared Hellinger distances where, for each pair i < j and
+    half, i is estimated on the first c_j of the half's texts reaching i in a seeded
+    random order (c_j: the half's texts reaching j), j on all: equal counts, so the
+    correction is centred at 0 for equal distributions, and i keeps its own mu_i. Halves
+    as in :func:`~posgeom_utils.sampling.corrected_hellinger`; a text drawn w times by
+    bootstrap ``weights`` counts w times in the prefix. ``floor[i]`` on all texts
+    reaching i, ``plug_in_H2`` pooled on the same subsets. Caveat: distances are
+    attenuated at small counts, here the rarer c_j for both positions.
     Chapter: *Positions in real text*."""
     halves, reach = _halves(counts, seed, weights)  # reach[:, j]: c_j; c_n = 0
     n, V, keys = counts.n, counts.V, counts.keys
@@ -234,11 +231,10 @@ def corrected_geometry(
     estimator: str = "split-half",
     weights: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The distance matrix sqrt(max(H2, 0)) of the mean corrected H2 over ``splits``
-    random splits (seeds ``seed``, ``seed + 1``, ...) of ``estimator``: "split-half"
-    (:func:`~posgeom_utils.sampling.corrected_hellinger`, the book's corrected
-    geometry), "stratified" or "thinned"; optionally on the bootstrap resample
-    ``weights``. Chapter: *Positions in real text*."""
+    """sqrt(max(H2, 0)) of the mean corrected H2 over ``splits`` splits (seeds ``seed``,
+    ``seed + 1``, ...) of ``estimator``: "split-half" (the book's,
+    :func:`~posgeom_utils.sampling.corrected_hellinger`), "stratified" or "thinned";
+    optionally on bootstrap resample ``weights``. Chapter: *Positions in real text*."""
     checks.choice(
         estimator, "estimator", ESTIMATORS, "split-half, stratified or thinned"
     )
@@ -258,9 +254,8 @@ def bootstrap_corrected(
     splits: int = 3,
 ) -> list[T]:
     """``statistic`` of the corrected geometry (``splits`` splits from ``seed``, as the
-    estimate's) of each of ``replicates`` seeded bootstrap resamples of the texts: the
-    sampling spread of a result on the corrected geometry. Chapter: *Positions in real
-    text*."""
+    estimate) of each of ``replicates`` seeded bootstrap resamples of the texts: the
+    sampling spread of a result. Chapter: *Positions in real text*."""
     weights = bootstrap_weights(counts.num_texts, replicates, seed)
     return [
         statistic(corrected_geometry(counts, seed, splits, weights=w)) for w in weights

@@ -1,6 +1,5 @@
-"""Masked-language modelling from scratch on real text, and how a trained positional
-table's geometry compares with its corpus's. Chapter: *Does a trained Transformer learn
-its corpus's geometry?*."""
+"""Masked-language modelling from scratch; a trained table's geometry vs its corpus's.
+Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
 
 from __future__ import annotations
 
@@ -29,9 +28,9 @@ PAD, MASK, SHIFT = 0, 1, 2
 
 
 def cut_vocabulary(ids: np.ndarray, K: int, keep: np.ndarray | None = None):
-    """Token ids (-1: padding) mapped to ranks ``0..K-1`` of the ``K`` most frequent
-    tokens (``keep``, else counted here), every other token to ``K``; returns (ids,
-    keep). Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
+    """Token ids (-1: padding) mapped to ranks 0..K-1 of the ``K`` commonest tokens
+    (``keep``, else counted here), others to ``K``; returns (ids, keep). Chapter: *Does
+    a trained Transformer learn its corpus's geometry?*."""
     ids = np.asarray(ids, dtype=np.int64)
     K = checks.integer(K, "K")
     if keep is None:
@@ -46,9 +45,8 @@ def cut_vocabulary(ids: np.ndarray, K: int, keep: np.ndarray | None = None):
 
 
 def column_shuffle(ids: np.ndarray, seed: int = 0) -> np.ndarray:
-    """Each position's tokens permuted across texts: every ``mu_i`` kept exactly, the
-    structure within texts gone. Chapter: *Does a trained Transformer learn its corpus's
-    geometry?*."""
+    """Per position, tokens permuted across texts: ``mu_i`` kept, within-text structure
+    gone. Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
     ids = np.asarray(ids)
     if np.any(ids < 0):
         raise ValueError("column_shuffle needs texts without padding (all of length n)")
@@ -66,10 +64,9 @@ def position_counts(ids: np.ndarray, V: int) -> np.ndarray:
 
 
 def reference_geometries(ids: np.ndarray, V: int, splits: int = 3, seed: int = 0):
-    """The corpus geometries a trained table is compared with: split-half corrected
-    Hellinger (mean of ``splits`` random halvings), L2 and log-ratio (add-one-half
-    counts) between the ``mu_i``, and ``|i - j|``. Chapter: *Does a trained Transformer
-    learn its corpus's geometry?*."""
+    """Corpus geometries for a trained table: split-half corrected Hellinger (mean over
+    ``splits`` halvings), L2 and log-ratio (add-one-half counts) of the ``mu_i``, and
+    ``|i - j|``. Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
     counts = position_counts(ids, V)
     if np.any(counts.sum(1) == 0):
         raise ValueError("a position is reached by no text: pass fewer positions n")
@@ -97,9 +94,9 @@ def reference_geometries(ids: np.ndarray, V: int, splits: int = 3, seed: int = 0
 
 
 def verdict(low: float, high: float, threshold: float = 0.0) -> str:
-    """``"above"`` / ``"below"`` when the interval ``[low, high]`` lies on one side of
-    ``threshold``, else ``"not distinguishable"``: one rule for every prediction.
-    Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
+    """``"above"``/``"below"`` when ``[low, high]`` lies on one side of ``threshold``,
+    else ``"not distinguishable"``: one rule for every prediction. Chapter: *Does a
+    trained Transformer learn its corpus's geometry?*."""
     if not low <= high:
         raise ValueError(f"need low <= high, got [{low}, {high}]")
     return (
@@ -112,9 +109,9 @@ def verdict(low: float, high: float, threshold: float = 0.0) -> str:
 
 
 def missing_runs(configs: list[dict], directory) -> list[str]:
-    """Names of the runs of ``configs`` with no current result in the sweep store
-    ``directory`` (none there, or stored for another configuration or code).
-    Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
+    """Names of the ``configs`` runs without a current result in the sweep store
+    ``directory`` (none, or one of another configuration or code). Chapter: *Does a
+    trained Transformer learn its corpus's geometry?*."""
     import json
     from pathlib import Path
 
@@ -138,27 +135,25 @@ def _pairs(E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def lag_residuals(E: np.ndarray) -> np.ndarray:
-    """The upper triangle of ``E`` less the mean of its diagonal at each lag ``j - i``:
-    what cannot come from ``|i - j|``. Chapter: *Does a trained Transformer learn its
-    corpus's geometry?*."""
+    """``E``'s upper triangle less its mean per lag ``j - i``: what ``|i - j|`` cannot
+    explain. Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
     values, lag = _pairs(checks.distance_matrix(E, "E"))
     means = np.bincount(lag, values) / np.maximum(np.bincount(lag), 1)
     return values - means[lag]
 
 
 def within_lag_correlation(E: np.ndarray, R: np.ndarray) -> float:
-    """Pearson correlation of the lag residuals of ``E`` and ``R`` (0 when either has
-    none: a geometry of ``|i - j|`` alone). Chapter: *Does a trained Transformer learn
-    its corpus's geometry?*."""
+    """Pearson correlation of the lag residuals of ``E`` and ``R`` (0 if either has
+    none). Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
     e, r = lag_residuals(E), lag_residuals(R)
     scale = np.linalg.norm(e) * np.linalg.norm(r)
     return float(e @ r / scale) if scale > 1e-12 * max(len(e), 1) else 0.0
 
 
 def scores(P: np.ndarray, references: dict[str, np.ndarray]) -> dict[str, float]:
-    """How the table ``P``'s distances follow each reference geometry: Spearman
-    correlation, within-lag correlation and scale-fitted stress, and ``P``'s violation
-    rate. Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
+    """Spearman and within-lag correlation and scale-fitted stress of table ``P``'s
+    distances against each reference, and ``P``'s violation rate. Chapter: *Does a
+    trained Transformer learn its corpus's geometry?*."""
     E = pairwise_distances(np.asarray(P, dtype=np.float64), "P")
     out = {"violation": monotonicity_violation_rate(E, input_kind="distances").rate}
     for name, R in references.items():
@@ -170,9 +165,9 @@ def scores(P: np.ndarray, references: dict[str, np.ndarray]) -> dict[str, float]
 
 
 def mask_batch(x: torch.Tensor, rate: float, generator: torch.Generator):
-    """Mask each real token with probability ``rate`` (one at least per text): inputs
-    with ``MASK`` there, and the mask. Chapter: *Does a trained Transformer learn its
-    corpus's geometry?*."""
+    """Mask each real token with probability ``rate`` (at least one per text): the
+    inputs with ``MASK`` there, and the mask. Chapter: *Does a trained Transformer learn
+    its corpus's geometry?*."""
     real = x != PAD
     masked = (torch.rand(x.shape, generator=generator) < rate) & real
     first = torch.multinomial(real.float(), 1, generator=generator)
@@ -201,9 +196,9 @@ def model_ids(ids: np.ndarray) -> torch.Tensor:
 def build_model(
     config: dict[str, Any], n: int, table: np.ndarray | None = None
 ) -> PositionalTransformer:
-    """The encoder of a run on ``n`` positions, on its device; ``table``: the fixed
-    ``mds`` table, or the start of a ``learned`` one. Chapter: *Does a trained
-    Transformer learn its corpus's geometry?*."""
+    """A run's encoder on ``n`` positions, on its device; ``table``: the fixed ``mds``
+    table, or a ``learned`` one's start. Chapter: *Does a trained Transformer learn its
+    corpus's geometry?*."""
     c, positional = config, config["positional"]
     seed_everything(c["seed"])
     model = PositionalTransformer(
@@ -243,10 +238,10 @@ def train_mlm(
     references: dict[str, np.ndarray] | None = None,
     table: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """Train :func:`build_model` by masked-language modelling on ``train`` (cut
-    vocabulary ids); every ``eval_every`` steps the held-out loss (fixed masks), the
-    training seconds so far and, for a trained table, its :func:`scores`.
-    Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
+    """Train :func:`build_model` (MLM) on ``train`` (cut-vocabulary ids); every
+    ``eval_every`` steps: held-out loss (fixed masks), seconds so far, a trained table's
+    :func:`scores`. Chapter: *Does a trained Transformer learn its corpus's
+    geometry?*."""
     c = config
     model = build_model(c, train.shape[1], table)
     device = next(model.parameters()).device

@@ -1,6 +1,5 @@
-"""Tokenizers and pre-trained models by hub id or local path (offline: the packaged
-MiniLM), the device, and how a model encodes positions. Chapter: *Positions in real
-text*."""
+"""Tokenizers and pre-trained models by hub id or path (offline: the packaged MiniLM),
+the device, and a model's positional mechanism. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
@@ -18,12 +17,12 @@ from .settings import hub_offline
 #: names under which the packaged checkpoint is known
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _PACKAGED_NAMES = {DEFAULT_MODEL, "all-MiniLM-L6-v2", "all-minilm-l6-v2"}
-#: model types whose position ids start after the padding index (offset pad_token_id + 1)
+#: model types whose position ids start at pad_token_id + 1
 _OFFSET_MODELS = frozenset(
     "roberta xlm-roberta camembert longformer data2vec-text xmod "
     "roberta-prelayernorm".split()
 )
-#: where Hugging Face models keep a learned absolute position table, below ``base_model``
+#: where HF models keep a learned absolute position table (below ``base_model``)
 POSITION_TABLE_PATHS = ("embeddings.position_embeddings", "wpe", "transformer.wpe")
 POSITION_TABLE_PATHS += ("decoder.embed_positions",)
 #: model types that rotate queries and keys (RoPE), whatever their config calls the base
@@ -44,8 +43,7 @@ def packaged_model_path() -> Path | None:
 
 
 def resolve_model(model_name: str | Path | None = None) -> str | Path:
-    """A local folder or a hub id for ``from_pretrained``. Chapter: *Positions in real
-    text*."""
+    """Folder or hub id for ``from_pretrained``. Chapter: *Positions in real text*."""
     if model_name is None or str(model_name) in _PACKAGED_NAMES:
         local = packaged_model_path()
         if local is not None:
@@ -91,8 +89,7 @@ def _unavailable(model_name: object, what: str, why: str) -> str:
 
 
 def load_tokenizer(model_name: str | Path | None = None) -> Any:
-    """A (fast, where one exists) tokenizer by id or path. Chapter: *Positions in real
-    text*."""
+    """Tokenizer (fast if any) by id or path. Chapter: *Positions in real text*."""
     from transformers import AutoTokenizer
 
     return _load(AutoTokenizer, model_name, "tokenizer")
@@ -109,8 +106,7 @@ def load_config(model_name: str | Path | None = None) -> Any:
 def load_model(
     model_name: str | Path | None = None, device: str = "auto", **kwargs: Any
 ) -> Any:
-    """A pre-trained model in eval mode on ``device``. Chapter: *Positions layer by
-    layer*."""
+    """The model in eval mode on ``device``. Chapter: *Positions layer by layer*."""
     from transformers import AutoModel
 
     return (
@@ -119,8 +115,7 @@ def load_model(
 
 
 def model_label(model_name: str | Path | None = None) -> str:
-    """A short human-readable name for tables and captions. Chapter: *Positions in real
-    text*."""
+    """A short name for tables and captions. Chapter: *Positions in real text*."""
     target = resolve_model(model_name)
     if isinstance(target, Path) and target == packaged_model_path():
         return "all-MiniLM-L6-v2 (packaged)"
@@ -171,9 +166,8 @@ def position_embedding_weight(model: Any) -> Any:
 
 
 def learned_position_embeddings(model: Any, n: int | None = None) -> np.ndarray:
-    """The learned absolute position table (n x d) of a Hugging Face model for positions
-    0..n-1 (RoBERTa: after its offset rows). Chapter: *Do distinct positions get
-    distinct vectors?*."""
+    """The learned absolute position table (n x d) of positions 0..n-1 (RoBERTa: after
+    its offset rows). Chapter: *Do distinct positions get distinct vectors?*."""
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", type(model).__name__)
     kind = getattr(config, "position_embedding_type", "absolute")
@@ -234,9 +228,8 @@ def _positive_number(value: object) -> bool:
 
 
 def rope_base(config: Any) -> float | None:
-    """The RoPE base a config names (as an attribute or in ``rope_parameters`` /
-    ``rope_scaling``), or None. Chapter: *The optimal encoding: classical MDS on
-    Hellinger geometry*."""
+    """RoPE base named by a config (attribute, ``rope_parameters`` or ``rope_scaling``)
+    or None. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     for name in ("rope_theta", "rotary_emb_base"):
         value = getattr(config, name, None)
         if _positive_number(value):
@@ -268,9 +261,8 @@ def position_table_size(config: Any) -> int | None:
 
 
 def positional_mechanism(config: Any) -> PositionalMechanism:
-    """The positional mechanism of a Hugging Face model from its config: ALiBi, RoPE
-    (even head size), or learned. Chapter: *The optimal encoding: classical MDS on
-    Hellinger geometry*."""
+    """A Hugging Face config's positional mechanism: ALiBi, RoPE (even head size) or
+    learned. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     model_type = getattr(config, "model_type", "") or ""
     pe_type = getattr(config, "position_embedding_type", "absolute") or "absolute"
     is_alibi = (

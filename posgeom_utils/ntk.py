@@ -16,9 +16,8 @@ from .geometry import _triplet_score, pairwise_distances
 
 
 def l2_distances(mu: np.ndarray) -> np.ndarray:
-    """Euclidean distances ``||mu_i - mu_j||_2`` between the rows of ``mu`` (n x V
-    distributions): the lazy regime's geometry at large width. Chapter: *Are nearby
-    positions encoded nearby?*."""
+    """``||mu_i - mu_j||_2`` between rows of ``mu`` (n x V): the lazy regime's geometry
+    at large width. Chapter: *Are nearby positions encoded nearby?*."""
     mu = np.asarray(mu, dtype=np.float64)
     checks.probability_rows(mu)
     return pairwise_distances(mu, "mu")
@@ -54,9 +53,8 @@ def log_ratio_distances(mu: np.ndarray) -> np.ndarray:
 
 
 def triplet_discordance(E: np.ndarray, R: np.ndarray, tie_tol: float = 1e-9) -> float:
-    """How often ``E`` orders triplets against ``R``: the share of anchored triplets
-    with R_ij < R_ik but E_ij > E_ik (ties one half). Chapter: *Are nearby positions
-    encoded nearby?*."""
+    """Share of anchored triplets with R_ij < R_ik but E_ij > E_ik (ties one half).
+    Chapter: *Are nearby positions encoded nearby?*."""
     E, R = checks.distance_matrix(E, "E"), checks.distance_matrix(R, "R")
     if E.shape != R.shape:
         raise ValueError(
@@ -75,8 +73,7 @@ def triplet_discordance(E: np.ndarray, R: np.ndarray, tie_tol: float = 1e-9) -> 
 
 
 def as_distances(X: np.ndarray) -> np.ndarray:
-    """Distances between rows of ``X``. Chapter: *Are nearby positions encoded
-    nearby?*."""
+    """Row distances of ``X``. Chapter: *Are nearby positions encoded nearby?*."""
     return pairwise_distances(np.asarray(X, dtype=np.float64), "X")
 
 
@@ -111,9 +108,8 @@ def split_geometry_mu(
 
 
 def sample_ids(mu: np.ndarray, num_sequences: int, seed: int = 0) -> np.ndarray:
-    """``num_sequences`` sequences whose position ``i`` is drawn from ``mu[i]``
-    independently (seeded inverse-CDF draws). Chapter: *Are nearby positions encoded
-    nearby?*."""
+    """``num_sequences`` sequences, position ``i`` drawn independently from ``mu[i]``
+    (seeded). Chapter: *Are nearby positions encoded nearby?*."""
     mu = np.asarray(mu, dtype=np.float64)
     checks.probability_rows(mu)
     num_sequences = checks.integer(num_sequences, "num_sequences")
@@ -165,8 +161,7 @@ def _mask_jacobian(model: NTKMaskedModel, mask_id: int) -> tuple[Tensor, Tensor]
 
 
 def token_kernel(model: NTKMaskedModel, mask_id: int = 1) -> np.ndarray:
-    """The token kernel ``K = J0 J0^T``. Chapter: *Are nearby positions encoded
-    nearby?*."""
+    """Token kernel K = J0 J0^T. Chapter: *Are nearby positions encoded nearby?*."""
     J = _mask_jacobian(model, mask_id)[0].double().cpu().numpy()
     return J @ J.T
 

@@ -24,8 +24,7 @@ from .tasks import shuffle_within
 
 @dataclass
 class ShufflePairs:
-    """Sentences as token ids, with specials. Chapter: *Why a Transformer needs
-    positions*."""
+    """Sentence token ids and specials. Chapter: *Why a Transformer needs positions*."""
 
     words: np.ndarray
     prefix: list[int]
@@ -65,9 +64,8 @@ def shuffle_pairs(
     size: int | None = 2000,
     seed: int = 0,
 ) -> ShufflePairs:
-    """At most ``size`` distinct sentences of ``texts`` with ``min_len`` word pieces,
-    fitted to ``max_len``, in a seeded order. Chapter: *Why a Transformer needs
-    positions*."""
+    """At most ``size`` distinct sentences of ``texts`` (>= ``min_len`` pieces, fitted
+    to ``max_len``), seeded order. Chapter: *Why a Transformer needs positions*."""
     texts = check_texts(texts)
     max_len, min_len = (
         checks.integer(max_len, "max_len", 4),
@@ -133,9 +131,8 @@ def pooled_features(
     batch_size: int = 128,
     device: str = "auto",
 ) -> np.ndarray:
-    """Mean of the last hidden state over the real tokens of each row (N x d, float64),
-    in batches sorted by length, without gradients. Chapter: *Why a Transformer needs
-    positions*."""
+    """Mean last hidden state over each row's real tokens (N x d, float64), batched by
+    length, no gradients. Chapter: *Why a Transformer needs positions*."""
     import torch
 
     batch_size = checks.integer(batch_size, "batch_size")
@@ -178,8 +175,7 @@ class ShuffleProbe:
 
 
 def _seed_split(pairs: ShufflePairs, seed: int, eval_fraction: float):
-    """Labels, shuffled words and the train/eval split of one seed
-    (model-independent)."""
+    """Labels, shuffled words and train/eval split of one seed (model-independent)."""
     rng = np.random.default_rng([int(seed), 7919])
     labels = rng.random(len(pairs)) < 0.5
     shuffled = shuffle_within(pairs.words, rng)
@@ -200,9 +196,8 @@ def shuffle_probe(
     device: str = "auto",
     C: float = 1.0,
 ) -> ShuffleProbe:
-    """The held-out accuracy of a logistic regression telling shuffled from original
-    sentences by their mean-pooled features, once per seed. Chapter: *Why a Transformer
-    needs positions*."""
+    """Per seed, held-out accuracy of a logistic regression on pooled features telling
+    shuffled from original. Chapter: *Why a Transformer needs positions*."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler

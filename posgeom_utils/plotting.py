@@ -1,5 +1,4 @@
-"""One figure style for the whole book. Chapter: *Positions in real text* (and every
-chapter's figures)."""
+"""One figure style for the whole book. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ STYLE |= {"legend.fontsize": 9, "legend.frameon": False, "image.cmap": "viridis"
 
 
 def use_book_style() -> None:
-    """Apply the book's matplotlib style (idempotent). Chapter: *Positions in real
-    text*."""
+    """Apply the book's matplotlib style. Chapter: *Positions in real text*."""
     mpl.rcParams.update(STYLE)
 
 

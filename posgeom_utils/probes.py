@@ -1,11 +1,9 @@
 """Per-layer, per-position means of an encoder's hidden states over a corpus.
-
-Chapter: *Positions layer by layer*. For every layer ``l`` (``0`` = the embeddings
-output, then one per transformer block) and position ``i``, ``means[l, i]`` is the
-average hidden state at position ``i`` over the sequences that reach it (padding is
-never counted). Texts run in length-sorted batches (each padded only to its own longest
-text) under ``torch.inference_mode``; only float64 sums ``(layers + 1, n, d)`` and
-counts ``(n,)`` are kept, so memory does not grow with the corpus."""
+Chapter: *Positions layer by layer*. ``means[l, i]`` averages layer ``l``'s hidden state
+(0: the embeddings output, then one per block) at position ``i`` over the sequences
+reaching it (padding never counted). Texts run in length-sorted batches, each padded to
+its own longest, under ``torch.inference_mode``, keeping only float64 sums
+``(layers + 1, n, d)`` and counts ``(n,)``: memory does not grow with the corpus."""
 
 from __future__ import annotations
 
@@ -25,8 +23,7 @@ CENTRES = ("none", "global")
 
 @dataclass
 class LayerMeans:
-    """Mean hidden state per layer and position: ``means`` is ``(layers + 1, n', d)``
-    float64. Chapter: *Positions layer by layer*."""
+    """Mean hidden state per layer and position. Chapter: *Positions layer by layer*."""
 
     means: np.ndarray  # (layers + 1, n', d): layer 0 = embeddings output
     counts: np.ndarray  # (n',) int64: how many sequences reach each kept position
@@ -35,8 +32,7 @@ class LayerMeans:
 
     @property
     def n(self) -> int:
-        """Number of positions kept (those reached by at least one sequence).
-        Chapter: *Positions layer by layer*."""
+        """Number of positions kept. Chapter: *Positions layer by layer*."""
         return self.means.shape[1]
 
     def centred(self) -> LayerMeans:
@@ -53,9 +49,8 @@ class LayerMeans:
 
 
 def check_probe(model: Any, n: Any, batch_size: Any, centre: Any) -> tuple[int, int]:
-    """``(n, batch_size)`` as ints, ``n`` within the model's
-    ``max_position_embeddings``; ``centre`` one of :data:`CENTRES`. Chapter: *Positions
-    layer by layer*."""
+    """``(n, batch_size)`` as ints (``n`` <= the model's ``max_position_embeddings``),
+    ``centre`` in :data:`CENTRES`. Chapter: *Positions layer by layer*."""
     limit = config_int(getattr(model, "config", None), "max_position_embeddings")
     fix = f"the model has max_position_embeddings={limit}" if limit else ""
     n = integer(n, "n", 1, limit, fix=fix or "pass the number of positions, e.g. n=64")
@@ -135,10 +130,8 @@ def positional_hidden_means(
     device: str = "auto",
     centre: str = "none",
 ) -> LayerMeans:
-    """Average the hidden states of ``model`` at positions ``0..n-1`` over ``texts``,
-    every layer.
-
-    Texts are truncated to ``n`` tokens; positions no sequence reaches are dropped.
+    """Average ``model``'s hidden states at positions 0..n-1 over ``texts``, every
+    layer: texts truncated to ``n`` tokens, positions no sequence reaches dropped;
     ``centre="global"`` subtracts each layer's count-weighted mean over positions.
     Chapter: *Positions layer by layer*."""
     n, batch_size = check_probe(model, n, batch_size, centre)
@@ -159,9 +152,8 @@ def positional_hidden_means(
 
 
 def layer_means(sums: Any, counts: Any, params: dict) -> LayerMeans:
-    """The uncentred means ``sums / counts`` on the positions some sequence reaches,
-    from float64 ``sums`` (layers + 1, n, d) and ``counts`` (n,), arrays or tensors.
-    Chapter: *Positions layer by layer*."""
+    """Uncentred means on reached positions from float64 ``sums`` ``(layers + 1, n, d)``
+    and ``counts`` ``(n,)``, arrays or tensors. Chapter: *Positions layer by layer*."""
     sums, counts = (x.cpu().numpy() if hasattr(x, "cpu") else x for x in (sums, counts))
     counts = counts.round().astype(np.int64)
     keep = np.flatnonzero(counts > 0)
@@ -188,9 +180,8 @@ def probe_groups(
     batch_size: int = 64,
     device: str = "auto",
 ) -> list[LayerMeans]:
-    """Split ``texts`` into ``groups`` disjoint random groups (seeded, sizes differing
-    by at most one) and probe each separately (uncentred), for a bootstrap over groups.
-    Chapter: *Positions layer by layer*."""
+    """Probe ``groups`` disjoint seeded random groups of ``texts`` (sizes within one),
+    uncentred, for a bootstrap over groups. Chapter: *Positions layer by layer*."""
     texts = check_texts(texts)
     groups = integer(
         groups, "groups", 2, len(texts), fix="at least 2, at most one per text"
@@ -233,9 +224,8 @@ def _stacked_sums(parts: Sequence[LayerMeans]) -> tuple[np.ndarray, np.ndarray]:
 def merge_layer_means(
     parts: Sequence[LayerMeans], weights: Sequence[int] | None = None
 ) -> LayerMeans:
-    """The count-weighted means over all ``parts`` (uncentred), each counted
-    ``weights[g]`` times (default once), on every position some counted part reaches.
-    Chapter: *Positions layer by layer*."""
+    """Count-weighted uncentred means of ``parts``, part g counted ``weights[g]`` times
+    (default 1), on the positions reached. Chapter: *Positions layer by layer*."""
     sums, counts = _stacked_sums(parts)
     w = np.ones(len(parts), dtype=np.int64) if weights is None else np.asarray(weights)
     if w.shape != (len(parts),) or np.any(w < 0) or not np.any(w > 0):
@@ -248,9 +238,8 @@ def merge_layer_means(
 def bootstrap_groups(
     parts: Sequence[LayerMeans], replicates: int = 200, seed: int = 0
 ) -> Iterator[LayerMeans]:
-    """Yield ``replicates`` bootstrap resamples of the texts drawn as whole groups: each
-    draws ``len(parts)`` groups with replacement (seeded) and merges them.
-    Chapter: *Positions layer by layer*."""
+    """Yield ``replicates`` bootstrap resamples of whole groups: ``len(parts)`` groups
+    drawn with replacement (seeded), merged. Chapter: *Positions layer by layer*."""
     replicates = integer(replicates, "replicates", 2)
     sums, counts = _stacked_sums(parts)
     rng = np.random.default_rng(seed)

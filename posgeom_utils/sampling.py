@@ -76,9 +76,8 @@ def split_texts(num_texts: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def corrected_hellinger(
     counts: TextCounts, seed: int = 0, weights: np.ndarray | None = None
 ) -> SplitHalfHellinger:
-    """:func:`split_half_hellinger` on a seeded random split of the texts of ``counts``
-    (optionally of the resample given by integer ``weights``). Chapter: *Positions in
-    real text*."""
+    """:func:`split_half_hellinger` on a seeded random split of ``counts``' texts
+    (optionally resampled by integer ``weights``). Chapter: *Positions in real text*."""
     w = np.ones(counts.num_texts, dtype=np.int64) if weights is None else weights
     half_a, half_b = split_texts(counts.num_texts, seed)
     ma, mb = (_reached(counts.marginals(w * half)) for half in (half_a, half_b))
@@ -92,8 +91,7 @@ def bootstrap_weights(
     num_texts: int, replicates: int = 200, seed: int = 0
 ) -> Iterator[np.ndarray]:
     """Yield ``replicates`` seeded resamples of ``num_texts`` texts as integer weights
-    (draws with replacement; they sum to ``num_texts``). Chapter: *Positions in real
-    text*."""
+    (with replacement, summing to ``num_texts``). Chapter: *Positions in real text*."""
     replicates = checks.integer(replicates, "replicates", 2)
     num_texts = checks.integer(num_texts, "num_texts")
     rng = np.random.default_rng(seed)
@@ -134,9 +132,8 @@ def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[float,
 def basic_interval(
     values: np.ndarray, estimate: float | np.ndarray, level: float = 0.95
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The basic bootstrap interval ``2 estimate - q_high, 2 estimate - q_low``: it
-    moves against the replicates' shift from the estimate. Chapter: *Positions in real
-    text*."""
+    """Basic bootstrap interval ``2 estimate - q_high, 2 estimate - q_low``, moving
+    against the replicates' shift. Chapter: *Positions in real text*."""
     low, high = percentile_interval(values, level)
     estimate = np.asarray(estimate, dtype=np.float64)
     return 2 * estimate - high, 2 * estimate - low
@@ -195,9 +192,8 @@ def plug_in_hellinger(m: PositionalMarginals) -> np.ndarray:
 
 @dataclass
 class BootstrapNumbers:
-    """Named numbers of a corpus: their ``table`` (estimate, low, high, sd, shift) and
-    ``replicates``. Chapter: *The optimal encoding: classical MDS on Hellinger
-    geometry*."""
+    """The ``table`` (estimate, low, high, sd, shift) and ``replicates`` of named
+    numbers. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
 
     table: "pd.DataFrame"
     replicates: "pd.DataFrame"
@@ -210,9 +206,8 @@ def bootstrap_numbers(
     seed: int = 0,
     level: float = 0.95,
 ) -> BootstrapNumbers:
-    """Named numbers of a corpus (``numbers``: counts -> dict of floats) with normal
-    bootstrap intervals. Chapter: *The optimal encoding: classical MDS on Hellinger
-    geometry*."""
+    """Named numbers of a corpus (``numbers``: counts -> dict) with normal bootstrap
+    intervals. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     import pandas as pd
 
     point = numbers(counts.marginals())
@@ -234,9 +229,8 @@ def bootstrap_numbers(
 def difference_interval(
     boot: BootstrapNumbers, a: str, b: str, level: float = 0.95, ratio: bool = False
 ) -> tuple[float, float, float]:
-    """The estimate and paired normal interval of ``a - b`` (or ``a / b``) of two
-    bootstrapped numbers. Chapter: *The optimal encoding: classical MDS on Hellinger
-    geometry*."""
+    """Estimate and paired normal interval of bootstrapped ``a - b`` (or ``a / b``).
+    Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     reps, table = boot.replicates, boot.table
     if ratio:
         values = (reps[a] / reps[b]).to_numpy()

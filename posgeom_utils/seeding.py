@@ -1,5 +1,4 @@
-"""One helper that sets every seed. Chapter: *Positions in real text* (every chapter's
-set-up cell)."""
+"""Set every seed (each chapter's set-up cell). Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
@@ -14,9 +13,8 @@ from . import checks
 def seed_everything(
     seed: int = 0, deterministic_torch: bool = True
 ) -> np.random.Generator:
-    """Seed Python, NumPy and PyTorch, ask PyTorch for deterministic kernels where they
-    exist (warn only), and return a fresh NumPy ``Generator``. Chapter: *Positions in
-    real text*."""
+    """Seed Python, NumPy and PyTorch, ask for deterministic torch kernels (warn only);
+    return a fresh NumPy ``Generator``. Chapter: *Positions in real text*."""
     seed = checks.integer(seed, "seed", 0, 2**63 - 1)
     os.environ["PYTHONHASHSEED"] = str(seed)
     random.seed(seed)

@@ -1,6 +1,5 @@
-"""The environment: ``POSGEOM_DATA_DIR``, ``POSGEOM_CACHE_DIR``, ``POSGEOM_PROGRESS``
-(``0``: no progress bars), ``POSGEOM_BLAS_THREADS``. Chapter: *Positions in real
-text*."""
+"""``POSGEOM_DATA_DIR``, ``POSGEOM_CACHE_DIR``, ``POSGEOM_PROGRESS`` (``0``: no bars),
+``POSGEOM_BLAS_THREADS``. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
@@ -15,13 +14,12 @@ DATA_ENV = "POSGEOM_DATA_DIR"
 CACHE_ENV = "POSGEOM_CACHE_DIR"
 PROGRESS_ENV = "POSGEOM_PROGRESS"
 BLAS_THREADS_ENV = "POSGEOM_BLAS_THREADS"
-#: BLAS threads when ``POSGEOM_BLAS_THREADS`` is unset (2 threads stall on a busy 2-core machine)
+#: BLAS threads when ``POSGEOM_BLAS_THREADS`` is unset (2 stall a busy 2-core machine)
 DEFAULT_BLAS_THREADS = 1
 
 
 def cache_dir() -> Path:
-    """The on-disk cache folder (created on demand). Chapter: *Positions in real
-    text*."""
+    """The cache folder (created on demand). Chapter: *Positions in real text*."""
     path = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "posgeom")
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -72,9 +70,8 @@ def blas_thread_limit() -> int | None:
 
 @contextlib.contextmanager
 def blas_threads() -> Iterator[None]:
-    """Limit BLAS to :func:`blas_thread_limit` threads inside the block (nothing when
-    that is ``None``). Chapter: *The optimal encoding: classical MDS on Hellinger
-    geometry*."""
+    """Limit BLAS to :func:`blas_thread_limit` threads in the block. Chapter: *The
+    optimal encoding: classical MDS on Hellinger geometry*."""
     limit = blas_thread_limit()
     if limit is None:
         yield

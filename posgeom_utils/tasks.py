@@ -1,6 +1,5 @@
-"""Supervised token tasks: order detection, planted markers, masked-language modelling,
-and an order-insensitive presence control. Chapter: *Why a Transformer needs
-positions*."""
+"""Token tasks: order detection, planted markers, masked-language modelling, and an
+order-insensitive presence control. Chapter: *Why a Transformer needs positions*."""
 
 from __future__ import annotations
 
@@ -68,9 +67,8 @@ def _split_point(count: int, eval_fraction: object, what: str) -> int:
 
 
 def padded_ids(texts: Corpus | list[str], tokenizer: Any, max_len: int) -> np.ndarray:
-    """Token ids of each text without special tokens, truncated to ``max_len`` and
-    right-padded with -1. Chapter: *How many numbers does a positional encoding
-    need?*."""
+    """Each text's ids without specials, truncated to ``max_len``, right-padded with -1.
+    Chapter: *How many numbers does a positional encoding need?*."""
     options = dict(
         add_special_tokens=False,
         truncation=True,
@@ -179,9 +177,8 @@ def masked_task(
     eval_fraction: float = 0.25,
     seed: int = 0,
 ) -> TokenTask:
-    """Masked-language modelling on sequences of ids in ``[0, V)`` (shifted by two: 0
-    pads, 1 masks); targets ``-100`` where not masked. Chapter: *Are nearby positions
-    encoded nearby?*."""
+    """MLM on ids in ``[0, V)`` shifted by two (0 pads, 1 masks); targets ``-100`` where
+    not masked. Chapter: *Are nearby positions encoded nearby?*."""
     ids = np.asarray(ids)
     if ids.ndim != 2 or ids.shape[0] < 2 or ids.shape[1] < 1:
         raise ValueError(
@@ -192,8 +189,8 @@ def masked_task(
             f"ids must lie in [0, V={V}), got range [{ids.min()}, {ids.max()}]"
         )
     checks.number(mask_rate, "mask_rate", 0, 1, low_open=True)
-    # a stream of its own: synthetic_corpus(seed=s) draws its tokens from default_rng(s + 1), and a
-    # mask drawn from the same stream would pick tokens by their value
+    # a stream of its own: synthetic_corpus(seed=s) draws from default_rng(s + 1), and a
+    # mask drawn from that stream would pick tokens by their value
     rng = np.random.default_rng([seed, _MASK_STREAM])
     shifted = ids.astype(np.int64) + 2
     masked = rng.random(ids.shape) < mask_rate

@@ -1,6 +1,5 @@
-"""Seeded training with periodic evaluation, atomic checkpoints and a resume that ends
-with the weights of an uninterrupted run. Chapter: *Do distinct positions get distinct
-vectors?*."""
+"""Seeded training with periodic evaluation and checkpoints; a resumed run ends with the
+uninterrupted run's weights. Chapter: *Do distinct positions get distinct vectors?*."""
 
 from __future__ import annotations
 
@@ -23,9 +22,9 @@ from .settings import progress
 #: the accepted values of ``TrainConfig.amp``
 AMP_CHOICES = ("auto", True, False)
 _AMP_FIX = "'auto' (bfloat16 autocast on CUDA only), True (on any device, the CPU included) or False"
-#: token targets with this value are not scored (the masked-language-modelling convention)
+#: token targets with this value are not scored (the masked-language convention)
 IGNORE = -100
-#: settings that must match when a run resumes (``steps`` may grow; ``device`` may change)
+#: settings a resumed run must match (``steps`` may grow, ``device`` may change)
 _RESUME_KEYS = ("batch_size", "lr", "weight_decay", "seed", "optimizer", "amp")
 
 
@@ -74,8 +73,7 @@ def amp_enabled(amp: bool | str, device: torch.device | str) -> bool:
 
 @dataclass
 class History:
-    """Metrics per evaluation. Chapter: *Do distinct positions get distinct
-    vectors?*."""
+    """Metrics per eval step. Chapter: *Do distinct positions get distinct vectors?*."""
 
     step: list[int] = field(default_factory=list)
     train_loss: list[float] = field(default_factory=list)
@@ -83,8 +81,7 @@ class History:
     eval_accuracy: list[float] = field(default_factory=list)
 
     def final_accuracy(self) -> float:
-        """The last eval accuracy. Chapter: *Do distinct positions get distinct
-        vectors?*."""
+        """Final accuracy. Chapter: *Do distinct positions get distinct vectors?*."""
         return self.eval_accuracy[-1] if self.eval_accuracy else float("nan")
 
 
@@ -146,8 +143,8 @@ def _resume(
     path, model, optimizer, generator, config, device, track
 ) -> tuple[History, int, list]:
     """History, step and running losses of the checkpoint at ``path``, restored into the
-    model, optimiser, generator and ``track`` in place; a fresh start when there is
-    none (or when it does not load: a warning names it and the run starts afresh)."""
+    model, optimiser, generator and ``track`` in place; a fresh start when there is none
+    or it does not load (then with a warning)."""
     load = partial(torch.load, map_location=device, weights_only=False)
     state = None if path is None else read_or_discard(path, load)
     if state is None:
@@ -238,10 +235,9 @@ def _train(model, X_train, y_train, X_eval, y_eval, config, callback, track) -> 
 
 
 def accuracy_interval(accuracy: np.ndarray, n_eval: int) -> tuple[float, float]:
-    """Mean held-out accuracy over seeds and its 95% half-width, counting both sources
-    of noise: the seed-to-seed spread (Student t) and the evaluation set, which every
-    seed shares (the binomial error of ``n_eval`` examples at the mean accuracy).
-    Chapter: *Why a Transformer needs positions*."""
+    """Mean held-out accuracy over seeds and its 95% half-width from both noises:
+    seed-to-seed spread (Student t) and the shared evaluation set (binomial error of
+    ``n_eval`` examples at the mean). Chapter: *Why a Transformer needs positions*."""
     from scipy import stats
 
     accuracy = np.asarray(accuracy, dtype=float)

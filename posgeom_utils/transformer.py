@@ -18,8 +18,7 @@ TASKS = ("classify", "mlm")
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Apply RoPE to x (..., L, d_head): rotate each plane (2k, 2k+1) by the position's
-    angle."""
+    """RoPE: rotate planes (2k, 2k+1) of x (..., L, d_head) by the position's angle."""
     x1, x2 = x[..., 0::2], x[..., 1::2]
     out = torch.empty_like(x)
     out[..., 0::2] = x1 * cos - x2 * sin
@@ -28,8 +27,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 class SelfAttention(nn.Module):
-    """Self-attention, optional RoPE, ALiBi. Chapter: *Why a Transformer needs
-    positions*."""
+    """Attention (optional RoPE/ALiBi). Chapter: *Why a Transformer needs positions*."""
 
     def __init__(
         self, d, n_heads, max_len, rope=False, alibi=False, causal=False, dropout=0.0
@@ -105,8 +103,7 @@ class Block(nn.Module):
 def _check_arguments(
     positional, task, d, n_heads, max_len, table, rank
 ) -> np.ndarray | None:
-    """Refuse an inconsistent :class:`PositionalTransformer` set-up; return ``table`` as
-    float32."""
+    """Refuse an inconsistent set-up; return ``table`` as float32."""
     checks.choice(positional, "positional", POSITIONAL)
     checks.choice(task, "task", TASKS)
     if d % n_heads:
@@ -196,8 +193,7 @@ class PositionalTransformer(nn.Module):
         self.head = nn.Linear(d, num_classes if task == "classify" else vocab_size)
 
     def positional_table(self) -> torch.Tensor | None:
-        """The additive n x d table, or None. Chapter: *Why a Transformer needs
-        positions*."""
+        """Added n x d table or None. Chapter: *Why a Transformer needs positions*."""
         if self.position is not None:
             return self.position.table()
         return getattr(self, "pos_table", None)
@@ -231,9 +227,8 @@ class PositionalTransformer(nn.Module):
             )
 
     def hidden_states(self, ids: torch.Tensor) -> torch.Tensor:
-        """The last layer's states (batch, L, d) for token ids (batch, L) in ``[0,
-        vocab_size)``; ``pad_id`` marks padding. Chapter: *Why a Transformer needs
-        positions*."""
+        """Last-layer states (batch, L, d) of ids (batch, L) in ``[0, vocab_size)``;
+        ``pad_id`` marks padding. Chapter: *Why a Transformer needs positions*."""
         self._check_ids(ids)
         # the computation
         pad_mask = ids == self.pad_id
