@@ -15,20 +15,24 @@ import os
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from ..checks import integer
 from ..settings import CACHE_ENV, PROGRESS_ENV, cache_dir
+from .profiles import PROFILES, SIZE_PARAMETERS
 
 PROG = "posgeom"
-RAW = argparse.RawDescriptionHelpFormatter
 SCORES = ("raw_stress", "fitted_stress", "violation_rate")
 
+STRESS_SUMMARY = (
+    "stress and monotonicity of a model's positional encoding, the MDS optimum and "
+    "sinusoidal against D_H, the Hellinger distances of a corpus's positional tokens"
+)
 STRESS_EPILOG = """\
 examples:
   posgeom stress --model bert-base-uncased --corpus sst2 --n 64
@@ -38,6 +42,10 @@ Each row scores an encoding P against D_H: raw stress, stress after the best res
 fraction of triplets |i-j| < |i-k| where P puts j farther from i than k (0 monotone, 0.5 random).
 """
 
+RUN_SUMMARY = (
+    "re-execute chapters under a profile: OUT/<chapter>/ gets the notebook, results.json "
+    "with provenance and checkpoints/, a failing chapter its failed.json"
+)
 RUN_EPILOG = """\
 examples:
   posgeom run --profile smoke
@@ -54,16 +62,75 @@ are recorded, not part of the skip key. An interrupted training run resumes from
 Exit status: 0 when every chapter ran or was skipped, 1 when a chapter failed, 2 on bad usage.
 """
 
+#: the options of a command, one per row: (flag, help, keywords of ``add_argument``)
+TOKEN_OPTIONS = (
+    (
+        "--policy",
+        "special tokens: keep what the model sees ([CLS] ... [SEP]) or drop them",
+        {"choices": ("keep", "drop"), "default": "keep"},
+    ),
+    (
+        "--view",
+        "texts longer than n: what the model sees ([SEP] at n - 1) or the text's first n tokens",
+        {"choices": ("model", "corpus"), "default": "model"},
+    ),
+)
+STRESS_OPTIONS = (
+    (
+        "--model",
+        "a Hugging Face id or local folder (offline: sentence-transformers/all-MiniLM-L6-v2)",
+        {"required": True, "metavar": "ID_OR_PATH"},
+    ),
+    (
+        "--corpus",
+        "sst2, imdb, or a UTF-8 text file with one text per line",
+        {"required": True, "metavar": "sst2|imdb|FILE"},
+    ),
+    ("--split", "split of sst2 or imdb (default: train)", {"default": "train"}),
+    ("--n", "positions 0..n-1 (default: 128)", {"type": int, "default": 128}),
+    *TOKEN_OPTIONS,
+    (
+        "--min-count",
+        "keep the positions that K texts reach (default: 20)",
+        {"type": int, "default": 20, "metavar": "K"},
+    ),
+    ("--sample-size", "a seeded sample of N texts", {"type": int, "metavar": "N"}),
+    ("--data-dir", "sst2/imdb here (default: $POSGEOM_DATA_DIR)", {"metavar": "DIR"}),
+    ("--json", "print one JSON object, not the table", {"action": "store_true"}),
+    ("--plot", "save D_H beside the model's distances", {"metavar": "FILE.png"}),
+)
+RUN_OPTIONS = (
+    (
+        "--profile",
+        "smoke (seconds), default (the book build) or paper (full scale, a GPU)",
+        {"required": True, "choices": sorted(PROFILES)},
+    ),
+    ("--chapters", "default: every chapter", {"nargs": "+", "metavar": "CHAPTER"}),
+    ("--device", "where models train", {"choices": ("auto", "cpu", "cuda")}),
+    ("--model", "the chapters' model_name", {"metavar": "ID_OR_PATH"}),
+    ("--out", "output folder (default: runs/<profile>-<date>)", {"metavar": "DIR"}),
+    (
+        "--cap",
+        f"bound every size parameter ({', '.join(SIZE_PARAMETERS)}) by N; recorded",
+        {"type": int, "metavar": "N"},
+    ),
+    ("--force", "rerun current chapters, retrain anew", {"action": "store_true"}),
+    ("--source-dir", "the MyST chapters (default: notebooks/)", {"metavar": "DIR"}),
+    ("--executor", "where independent runs train", {"choices": ("serial", "dask")}),
+    ("--workers", "Dask workers with --executor dask", {"type": int, "metavar": "N"}),
+    ("--scheduler", "a Dask scheduler, with --executor dask", {"metavar": "ADDRESS"}),
+)
+
 
 class UsageError(Exception):
-    """Bad input from the command line: reported as one line on stderr, exit code 2.
+    """Bad input from the command line: one line on stderr, exit code 2.
     Chapter: *Reproduction ledger*."""
 
 
 @contextmanager
 def usage(
     prefix: str = "", suffix: str = "", errors: tuple = (ValueError,)
-) -> Iterator[None]:
+) -> Iterator:
     """Re-raise ``errors`` as a :class:`UsageError` ``prefix + message + suffix``.
     Chapter: *Reproduction ledger*."""
     try:
@@ -73,7 +140,7 @@ def usage(
 
 
 def place_problem(path: Path, folder: bool = False) -> str | None:
-    """Why nothing can be written at ``path`` (a file, or a folder with ``folder``), or
+    """Why nothing can be written at ``path`` (a file, or with ``folder`` a folder), or
     ``None``; missing folders are made. The one rule for ``stress --plot``, ``count
     --out``, ``run --out`` and the cache folder. Chapter: *Reproduction ledger*."""
     if folder and path.exists() and not path.is_dir():
@@ -91,8 +158,8 @@ def place_problem(path: Path, folder: bool = False) -> str | None:
 
 
 def output_place(option: str, value: Any, folder: bool = False) -> Path:
-    """``value`` as a path :func:`place_problem` accepts, checked before any long work,
-    or a :class:`UsageError` naming ``option``. Chapter: *Reproduction ledger*."""
+    """``value`` as a path :func:`place_problem` accepts, or a :class:`UsageError`
+    naming ``option``. Chapter: *Reproduction ledger*."""
     path = Path(value).expanduser()
     if problem := place_problem(path, folder):
         raise UsageError(f"{option} {str(path)!r}: {problem}")
@@ -105,110 +172,40 @@ def check_cache() -> None:
     try:
         folder = cache_dir()
     except OSError as exc:
-        raise UsageError(
-            f"{CACHE_ENV}: cannot create the cache folder ({exc}); set {CACHE_ENV} to "
-            "a writable folder"
-        ) from exc
+        fix = f"set {CACHE_ENV} to a writable folder"
+        message = f"{CACHE_ENV}: cannot create the cache folder ({exc}); {fix}"
+        raise UsageError(message) from exc
     output_place(CACHE_ENV, folder, folder=True)
 
 
 def add_command(sub: Any, name: str, summary: str, epilog: str, func: Any) -> Any:
-    """Register the sub-command ``name`` running ``func``. Chapter: *Reproduction
-    ledger*."""
-    text = textwrap.fill(summary, 100)
+    """Register sub-command ``name`` to run ``func``. Chapter: *Reproduction ledger*."""
+    text, raw = textwrap.fill(summary, 100), argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
-        name, help=summary, description=text, epilog=epilog, formatter_class=RAW
+        name, help=summary, description=text, epilog=epilog, formatter_class=raw
     )
     p.set_defaults(func=func)
     return p
 
 
-def add_token_options(p: argparse.ArgumentParser) -> None:
-    """``--policy`` and ``--view``, shared by ``stress`` and ``count``.
-    Chapter: *Positions in real text*."""
-    special = "special tokens: keep what the model sees ([CLS] ... [SEP]) or drop them"
-    p.add_argument("--policy", choices=("keep", "drop"), default="keep", help=special)
-    view = "texts longer than n: what the model sees ([SEP] at n - 1) or the text's first n tokens"
-    p.add_argument("--view", choices=("model", "corpus"), default="model", help=view)
+def add_options(p: Any, options: tuple) -> None:
+    """Add ``(flag, help, keywords)`` rows. Chapter: *Reproduction ledger*."""
+    for flag, text, keywords in options:
+        p.add_argument(flag, help=text, **keywords)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``posgeom`` argument parser. Chapter: *Reproduction ledger*."""
     from .count_command import add_count_parser
 
-    parser = argparse.ArgumentParser(
-        prog=PROG, epilog="posgeom COMMAND --help: its options"
-    )
+    epilog = "posgeom COMMAND --help: its options"
+    parser = argparse.ArgumentParser(prog=PROG, epilog=epilog)
     sub = parser.add_subparsers(dest="command", title="commands", required=True)
-    summary = (
-        "stress and monotonicity of a model's positional encoding, the MDS optimum and "
-    )
-    summary += "sinusoidal against D_H, the Hellinger distances of a corpus's positional tokens"
-    p = add_command(sub, "stress", summary, STRESS_EPILOG, _stress)
-    model = "a Hugging Face id or local folder (offline: sentence-transformers/all-MiniLM-L6-v2)"
-    p.add_argument("--model", required=True, metavar="ID_OR_PATH", help=model)
-    corpus = "sst2, imdb, or a UTF-8 text file with one text per line"
-    p.add_argument("--corpus", required=True, metavar="sst2|imdb|FILE", help=corpus)
-    p.add_argument(
-        "--split", default="train", help="split of sst2 or imdb (default: train)"
-    )
-    p.add_argument("--n", type=int, default=128, help="positions 0..n-1 (default: 128)")
-    add_token_options(p)
-    count = "keep the positions that K texts reach (default: 20)"
-    p.add_argument("--min-count", type=int, default=20, metavar="K", help=count)
-    p.add_argument(
-        "--sample-size", type=int, metavar="N", help="a seeded sample of N texts"
-    )
-    p.add_argument(
-        "--data-dir", metavar="DIR", help="sst2/imdb here (default: $POSGEOM_DATA_DIR)"
-    )
-    p.add_argument(
-        "--json", action="store_true", help="print one JSON object, not the table"
-    )
-    p.add_argument(
-        "--plot", metavar="FILE.png", help="save D_H beside the model's distances"
-    )
-    _add_run(sub)
+    stress = add_command(sub, "stress", STRESS_SUMMARY, STRESS_EPILOG, _stress)
+    add_options(stress, STRESS_OPTIONS)
+    add_options(add_command(sub, "run", RUN_SUMMARY, RUN_EPILOG, _run), RUN_OPTIONS)
     add_count_parser(sub)
     return parser
-
-
-def _add_run(sub: Any) -> None:
-    from .profiles import PROFILES
-    from .runner import SIZE_PARAMETERS
-
-    summary = "re-execute chapters under a profile: OUT/<chapter>/ gets the notebook, results.json "
-    summary += "with provenance and checkpoints/, a failing chapter its failed.json"
-    p = add_command(sub, "run", summary, RUN_EPILOG, _run)
-    profile = "smoke (seconds), default (the book build) or paper (full scale, a GPU)"
-    p.add_argument("--profile", required=True, choices=sorted(PROFILES), help=profile)
-    p.add_argument(
-        "--chapters", nargs="+", metavar="CHAPTER", help="default: every chapter"
-    )
-    p.add_argument(
-        "--device", choices=("auto", "cpu", "cuda"), help="where models train"
-    )
-    p.add_argument("--model", metavar="ID_OR_PATH", help="the chapters' model_name")
-    p.add_argument(
-        "--out", metavar="DIR", help="output folder (default: runs/<profile>-<date>)"
-    )
-    cap = f"bound every size parameter ({', '.join(SIZE_PARAMETERS)}) by N; recorded"
-    p.add_argument("--cap", type=int, metavar="N", help=cap)
-    p.add_argument(
-        "--force", action="store_true", help="rerun current chapters, retrain anew"
-    )
-    p.add_argument(
-        "--source-dir", metavar="DIR", help="the MyST chapters (default: notebooks/)"
-    )
-    p.add_argument(
-        "--executor", choices=("serial", "dask"), help="where independent runs train"
-    )
-    p.add_argument(
-        "--workers", type=int, metavar="N", help="Dask workers with --executor dask"
-    )
-    p.add_argument(
-        "--scheduler", metavar="ADDRESS", help="a Dask scheduler, with --executor dask"
-    )
 
 
 def _corpus(args: argparse.Namespace) -> Any:
@@ -216,44 +213,34 @@ def _corpus(args: argparse.Namespace) -> Any:
 
     name, fix = args.corpus, ": pass a UTF-8 file, one text per line"
     if name in LOCAL_FILES:
-        missing = usage(
-            f"--corpus {name}: ", " (or pass --data-dir DIR)", (FileNotFoundError,)
-        )
-        with usage("--split/--corpus: "), missing:
+        missing = (FileNotFoundError,)
+        data_dir = usage(f"--corpus {name}: ", " (or pass --data-dir DIR)", missing)
+        with usage("--split/--corpus: "), data_dir:
             corpus = load_corpus(name, args.split, data_dir=args.data_dir)
         return corpus.sample(args.sample_size)
     path = Path(name).expanduser()
     if not path.is_file():
-        raise UsageError(
-            f"--corpus {name!r} is neither 'sst2', 'imdb' nor an existing file" + fix
-        )
+        problem = "is neither 'sst2', 'imdb' nor an existing file"
+        raise UsageError(f"--corpus {name!r} {problem}{fix}")
     from ..scale.counting import Shard, shard_texts
 
-    with usage(f"--corpus {name!r}: ", "", (ValueError,)):
+    with usage(f"--corpus {name!r}: "):
         texts = list(shard_texts(Shard(str(path), "text")))
     if not texts:
-        raise UsageError(
-            f"--corpus {name!r} holds no text (empty or blank lines only)" + fix
-        )
+        problem = "holds no text (empty or blank lines only)"
+        raise UsageError(f"--corpus {name!r} {problem}{fix}")
     labels = np.full(len(texts), -1, dtype=np.int64)
     return Corpus(path.name, "file", texts, labels, str(path)).sample(args.sample_size)
 
 
 def _marginals(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(corpus, the model's config, positional marginals truncated at
-    ``--min-count``)."""
+    """(corpus, model config, positional marginals truncated at ``--min-count``)."""
+    from .. import models
     from ..marginals import positional_marginals
-    from ..models import (
-        load_config,
-        load_tokenizer,
-        position_table_size,
-        positional_mechanism,
-    )
 
     with usage():
-        integer(
-            args.n, "--n", minimum=3, fix="stress needs 3 positions; pass e.g. --n 128"
-        )
+        needs = "stress needs 3 positions; pass e.g. --n 128"
+        integer(args.n, "--n", minimum=3, fix=needs)
         integer(args.min_count, "--min-count", fix="pass e.g. --min-count 20")
         if args.sample_size is not None:
             integer(args.sample_size, "--sample-size", fix="omit it to use all texts")
@@ -263,43 +250,29 @@ def _marginals(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     check_cache()
     corpus = _corpus(args)
     with usage(f"--model {args.model!r}: ", "", (ValueError, TypeError)):
-        tokenizer, config = load_tokenizer(args.model), load_config(args.model)
-        learned = positional_mechanism(config).kind == "learned"
-    table = position_table_size(config)
+        tokenizer = models.load_tokenizer(args.model)
+        config = models.load_config(args.model)
+        learned = models.positional_mechanism(config).kind == "learned"
+    table = models.position_table_size(config)
     absolute = getattr(config, "position_embedding_type", None) in (None, "absolute")
     if learned and absolute and table is not None and args.n > table:
-        raise UsageError(
-            f"--n {args.n} exceeds the {table} positions of the model's learned "
-            "position table "
-            f"(max_position_embeddings): pass --n {table} or less"
-        )
-    # min_count=1 here, so that an error names the right option
-    with usage("--n/--policy: "):
-        marg = positional_marginals(
-            corpus,
-            tokenizer,
-            args.n,
-            special_tokens=args.policy,
-            min_count=1,
-            view=args.view,
-        )
+        where = f"the {table} positions of the model's learned position table"
+        fix = f"(max_position_embeddings): pass --n {table} or less"
+        raise UsageError(f"--n {args.n} exceeds {where} {fix}")
+    with usage("--n/--policy: "):  # min_count=1 here, so that an error names the option
+        options = {"special_tokens": args.policy, "min_count": 1, "view": args.view}
+        marg = positional_marginals(corpus, tokenizer, args.n, **options)
     with usage(f"--min-count {args.min_count}: "):
         marg = marg.truncate(min_count=args.min_count)
     if marg.n < 3:
-        raise UsageError(
-            f"--min-count {args.min_count}: only {marg.n} position(s) are reached by "
-            "at least "
-            f"{args.min_count} texts (need 3); lower --min-count, or use more / "
-            "longer texts"
-        )
+        k, few = args.min_count, f"only {marg.n} position(s) are reached by at least"
+        fix = "(need 3); lower --min-count, or use more / longer texts"
+        raise UsageError(f"--min-count {k}: {few} {k} texts {fix}")
     return corpus, config, marg
 
 
-def _model_encoding(
-    model_name: str, config: Any, n: int
-) -> tuple[str, str, np.ndarray | None]:
-    """(row name, mechanism, n x d encoding or None) for the model's own positional
-    mechanism."""
+def _model_encoding(name: str, config: Any, n: int) -> tuple[str, str, Any]:
+    """(row name, mechanism, n x d encoding or None) of the model's own positions."""
     from ..encodings import alibi, alibi_slopes, rope
     from ..models import learned_position_embeddings, load_model, positional_mechanism
 
@@ -308,17 +281,15 @@ def _model_encoding(
         return mech.label, "ALiBi", alibi(n, alibi_slopes(mech.n_heads))
     if mech.kind == "rope":
         return mech.label, "RoPE", rope(n, mech.head_dim, mech.n_heads, mech.base)
-    with usage(f"--model {model_name!r}: "):
-        model = load_model(model_name, device="cpu")
+    with usage(f"--model {name!r}: "):
+        model = load_model(name, device="cpu")
     try:
-        return (
-            mech.label,
-            "learned absolute table",
-            learned_position_embeddings(model, n),
-        )
+        table = learned_position_embeddings(model, n)
     except ValueError as exc:
         if "exceeds" in str(exc):
             raise UsageError(f"--n: {exc}; pass a smaller --n") from exc
+    else:
+        return mech.label, "learned absolute table", table
     pe = getattr(config, "position_embedding_type", "absolute")
     return (
         "none",
@@ -331,47 +302,38 @@ def _row(name: str, kind: str, P: np.ndarray, D: np.ndarray) -> dict:
     from ..geometry import monotonicity_violation_rate, stress
 
     P = np.asarray(P, dtype=np.float64)
-    scores = [stress(P, D, "raw"), stress(P, D, "fitted")]
-    scores.append(
-        monotonicity_violation_rate(P, "triplets", input_kind="encoding").rate
-    )
+    rate = monotonicity_violation_rate(P, "triplets", input_kind="encoding").rate
+    scores = (stress(P, D, "raw"), stress(P, D, "fitted"), rate)
     row = {"encoding": name, "kind": kind, "width": int(P.shape[1])}
     return row | dict(zip(SCORES, map(float, scores)))
 
 
 def _stress(args: argparse.Namespace) -> int:
+    from .. import geometry
     from ..encodings import mds_encoding, sinusoidal
-    from ..geometry import (
-        classical_mds,
-        hellinger_distances,
-        monotonicity_violation_rate,
-    )
     from ..models import config_int, model_label
 
     corpus, config, marg = _marginals(args)
-    D = hellinger_distances(marg.mu())
-    mds = classical_mds(D)
+    D = geometry.hellinger_distances(marg.mu())
+    mds = geometry.classical_mds(D)
     name, mechanism, P_model = _model_encoding(args.model, config, marg.n)
     width = config_int(config, "hidden_size", "d_model", "n_embd")
     width = width or (marg.n if P_model is None else P_model.shape[1])
     d_sin = width - width % 2 or 2
     rows = [] if P_model is None else [_row(name, mechanism, P_model, D)]
     rows.append(_row(f"MDS optimum (d={width})", "mds", mds_encoding(D, width), D))
-    rows.append(
-        _row(f"sinusoidal (d={d_sin})", "sinusoidal", sinusoidal(marg.n, d_sin), D)
-    )
-    rate = monotonicity_violation_rate(D, "triplets", input_kind="distances").rate
-    geometry = {"name": corpus.name, "split": corpus.split, "source": corpus.source}
-    geometry |= dict(
-        texts=len(corpus), n_requested=args.n, n=int(marg.n), policy=args.policy
-    )
-    geometry |= dict(
-        view=args.view, min_count=args.min_count, effective_rank=mds.effective_rank
-    )
-    geometry |= dict(negative_mass=float(mds.negative_mass), violation_rate=float(rate))
-    geometry["support"] = [int(s) for s in marg.support]
+    sin = sinusoidal(marg.n, d_sin)
+    rows.append(_row(f"sinusoidal (d={d_sin})", "sinusoidal", sin, D))
+    violations = geometry.monotonicity_violation_rate
+    rate = float(violations(D, "triplets", input_kind="distances").rate)
+    stats = {"name": corpus.name, "split": corpus.split, "source": corpus.source}
+    stats |= {"texts": len(corpus), "n_requested": args.n, "n": int(marg.n)}
+    stats |= {"policy": args.policy, "view": args.view, "min_count": args.min_count}
+    stats |= {"effective_rank": mds.effective_rank}
+    stats |= {"negative_mass": float(mds.negative_mass), "violation_rate": rate}
+    stats["support"] = [int(s) for s in marg.support]
     info = {"model": str(args.model), "model_label": model_label(args.model)}
-    info |= dict(mechanism=mechanism, width=int(width), corpus=geometry, rows=rows)
+    info |= {"mechanism": mechanism, "width": int(width), "corpus": stats, "rows": rows}
     failure = None
     if args.plot is not None:
         try:
@@ -386,43 +348,34 @@ def _stress(args: argparse.Namespace) -> int:
 
 
 def _table(info: dict) -> str:
-    c = info["corpus"]
+    c, model = info["corpus"], info["model_label"]
+    support = f"support {min(c['support'])}..{max(c['support'])} texts per position"
+    asked = f"asked {c['n_requested']}, min-count {c['min_count']}"
+    mass = f"negative eigenvalue mass {c['negative_mass']:.3g}"
+    rate = f"violation rate {c['violation_rate']:.3f}"
     lines = [
-        f"model:  {info['model_label']}  ({info['mechanism']}, width {info['width']})",
+        f"model:  {model}  ({info['mechanism']}, width {info['width']})",
         f"corpus: {c['name']}/{c['split']}, {c['texts']} texts, policy={c['policy']}",
-        f"positions: n={c['n']} (asked {c['n_requested']}, min-count "
-        f"{c['min_count']}; support "
-        + f"{min(c['support'])}..{max(c['support'])} texts per position)",
-        f"D_H: effective rank {c['effective_rank']}, negative eigenvalue mass "
-        + f"{c['negative_mass']:.3g}, violation rate {c['violation_rate']:.3f}",
+        f"positions: n={c['n']} ({asked}; {support})",
+        f"D_H: effective rank {c['effective_rank']}, {mass}, {rate}",
         "",
     ]
     header = ("encoding", "width", "raw stress", "fitted stress", "violation rate")
     body = [
-        (r["encoding"], str(r["width"]), *(_num(r[k]) for k in SCORES))
+        [r["encoding"], str(r["width"])]
+        + [f"{r[k]:.4f}" if math.isfinite(r[k]) else "nan" for k in SCORES]
         for r in info["rows"]
     ]
     widths = [max(map(len, column)) for column in zip(header, *body)]
     for row in [header, ["-" * w for w in widths], *body]:
-        cells = [
-            row[0].ljust(widths[0]),
-            *(c.rjust(w) for c, w in zip(row[1:], widths[1:])),
-        ]
-        lines.append("  ".join(cells))
-    return "\n".join(
-        lines + (["", f"figure: {info['plot']}"] if "plot" in info else [])
-    )
+        cells = [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        lines.append("  ".join([row[0].ljust(widths[0]), *cells]))
+    figure = ["", f"figure: {info['plot']}"] if "plot" in info else []
+    return "\n".join(lines + figure)
 
 
-def _num(x: float) -> str:
-    return f"{x:.4f}" if math.isfinite(x) else "nan"
-
-
-def _plot(
-    D: np.ndarray, P: np.ndarray | None, name: str, info: dict, path: Path
-) -> None:
-    # no pyplot: no global backend, no display needed
-    from matplotlib.figure import Figure
+def _plot(D: np.ndarray, P: Any, name: str, info: dict, path: Path) -> None:
+    from matplotlib.figure import Figure  # no pyplot: no global backend, no display
 
     from ..geometry import pairwise_distances
 
@@ -445,17 +398,8 @@ def _run(args: argparse.Namespace) -> int:
 
     out = Path(args.out).expanduser() if args.out else None
     source = Path(args.source_dir).expanduser() if args.source_dir else None
-    names = (
-        "chapters",
-        "device",
-        "cap",
-        "force",
-        "model",
-        "executor",
-        "workers",
-        "scheduler",
-    )
-    options = {name: getattr(args, name) for name in names}
+    given = ("command", "func", "profile", "out", "source_dir")
+    options = {k: v for k, v in vars(args).items() if k not in given}
     log = functools.partial(print, flush=True)
     try:
         summary = run_chapters(
@@ -468,8 +412,7 @@ def _run(args: argparse.Namespace) -> int:
 
 @contextmanager
 def _quiet() -> Iterator[None]:
-    """No transformers warnings; progress bars only on a terminal (all restored
-    afterwards)."""
+    """No transformers warnings; progress bars only on a terminal (restored after)."""
     from transformers.utils import logging as hf
 
     verbosity, bars = hf.get_verbosity(), hf.is_progress_bar_enabled()
@@ -496,10 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return int(args.func(args))
         except UsageError as exc:
-            print(
-                f"{PROG} {args.command}: error: {' '.join(str(exc).split())}",
-                file=sys.stderr,
-            )
+            message = " ".join(str(exc).split())
+            print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             print(f"{PROG} {args.command}: interrupted", file=sys.stderr)

@@ -9,7 +9,6 @@ throughput, versions)."""
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import platform
 import socket
 import time
@@ -17,14 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import fail, integer
-from .cli import (
-    UsageError,
-    add_command,
-    add_token_options,
-    check_cache,
-    output_place,
-    usage,
-)
+from .cli import TOKEN_OPTIONS, UsageError, add_command, add_options, check_cache, usage
+from .cli import output_place
 
 EPILOG = """\
 examples:
@@ -41,56 +34,52 @@ task per shard. The counts are summed exactly by a tree reduction: the result eq
 single-process count, bit for bit. A failing shard stops the count with its name, writing nothing.
 """
 
+#: (flag, help, keywords of ``add_argument``): before, within and after the group that
+#: says where the count runs
+OPTIONS = (
+    ("shards", "files, URLs or quoted patterns", {"nargs": "*", "metavar": "SHARD"}),
+    ("--hub", "a Hugging Face dataset or builder (json)", {"metavar": "DATASET"}),
+    ("--hub-config", "the dataset's configuration", {"metavar": "NAME"}),
+    ("--split", "the dataset split with --hub (default train)", {"default": "train"}),
+    (
+        "--data-files",
+        "data files for a --hub builder",
+        {"nargs": "+", "metavar": "FILE"},
+    ),
+    ("--text-field", "default: text", {"default": "text", "metavar": "NAME"}),
+    (
+        "--model",
+        "whose tokenizer to count",
+        {"required": True, "metavar": "ID_OR_PATH"},
+    ),
+    ("--n", "number of positions to count", {"type": int, "required": True}),
+    *TOKEN_OPTIONS,
+    ("--align", "count from", {"choices": ("start", "end"), "default": "start"}),
+)
+WHERE = (
+    ("--workers", "local Dask workers (default 2)", {"type": int, "default": 2}),
+    ("--scheduler", "a running Dask scheduler's address", {"metavar": "ADDRESS"}),
+    ("--serial", "count in this process, no Dask", {"action": "store_true"}),
+)
+AFTER = (
+    ("--batch-size", "texts per tokenizer batch", {"type": int, "default": 2048}),
+    (
+        "--split-every",
+        "partial counts summed per tree node",
+        {"type": int, "default": 8},
+    ),
+    ("--out", "where to write the counts", {"required": True, "metavar": "FILE.npz"}),
+    ("--no-cache", "count again, even if cached", {"action": "store_true"}),
+)
+
 
 def add_count_parser(sub: Any) -> argparse.ArgumentParser:
-    """Register ``posgeom count`` on the ``posgeom`` sub-parsers. Chapter: *Beyond one
-    machine*."""
+    """Register ``posgeom count``. Chapter: *Beyond one machine*."""
     summary = "count tokens per position over a sharded corpus (Dask or one process)"
     p = add_command(sub, "count", summary, EPILOG, run_count)
-    p.add_argument(
-        "shards", nargs="*", metavar="SHARD", help="files, URLs or quoted patterns"
-    )
-    p.add_argument(
-        "--hub", metavar="DATASET", help="a Hugging Face dataset or builder (json)"
-    )
-    p.add_argument("--hub-config", metavar="NAME", help="the dataset's configuration")
-    p.add_argument(
-        "--split", default="train", help="the dataset split with --hub (default train)"
-    )
-    p.add_argument(
-        "--data-files", nargs="+", metavar="FILE", help="data files for a --hub builder"
-    )
-    p.add_argument("--text-field", default="text", metavar="NAME", help="default: text")
-    p.add_argument(
-        "--model", required=True, metavar="ID_OR_PATH", help="whose tokenizer to count"
-    )
-    p.add_argument("--n", type=int, required=True, help="number of positions to count")
-    add_token_options(p)
-    p.add_argument(
-        "--align", choices=("start", "end"), default="start", help="count from"
-    )
-    where = p.add_mutually_exclusive_group()
-    where.add_argument(
-        "--workers", type=int, default=2, help="local Dask workers (default 2)"
-    )
-    where.add_argument(
-        "--scheduler", metavar="ADDRESS", help="a running Dask scheduler's address"
-    )
-    where.add_argument(
-        "--serial", action="store_true", help="count in this process, no Dask"
-    )
-    p.add_argument(
-        "--batch-size", type=int, default=2048, help="texts per tokenizer batch"
-    )
-    p.add_argument(
-        "--split-every", type=int, default=8, help="partial counts summed per tree node"
-    )
-    p.add_argument(
-        "--out", required=True, metavar="FILE.npz", help="where to write the counts"
-    )
-    p.add_argument(
-        "--no-cache", action="store_true", help="count again, even if cached"
-    )
+    add_options(p, OPTIONS)
+    add_options(p.add_mutually_exclusive_group(), WHERE)
+    add_options(p, AFTER)
     return p
 
 
@@ -99,46 +88,22 @@ def _provenance(
 ) -> dict:
     from .runner import git_state, library_versions
 
-    params, (commit, dirty), versions = result.params, git_state(), library_versions()
+    params, (commit, dirty) = result.params, git_state()
     stats, cached = params.get("shard_stats", []), bool(params.get("from_cache"))
     tokens = sum(s.get("tokens", 0) for s in stats)
-    for name in ("dask", "distributed", "fsspec"):
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    out = {
-        "command": "posgeom count",
-        "shards": params.get("shards", []),
-        "shard_stats": stats,
-    }
-    out |= {
-        "tokenizer": params.get("tokenizer"),
-        "tokenizer_sha": params.get("tokenizer_sha"),
-    }
-    out |= {
-        "n": result.n,
-        "V": result.V,
-        "special_tokens": args.policy,
-        "align": args.align,
-    }
-    out |= {"view": args.view, "texts": result.num_sequences, "tokens": tokens}
+    out = {"command": "posgeom count", "shards": params.get("shards", [])}
+    out |= {"shard_stats": stats, "tokenizer": params.get("tokenizer")}
+    out |= {"tokenizer_sha": params.get("tokenizer_sha"), "n": result.n, "V": result.V}
+    out |= {"special_tokens": args.policy, "align": args.align, "view": args.view}
+    out |= {"texts": result.num_sequences, "tokens": tokens, "executor": executor}
     workers = None if executor != "dask" or args.scheduler else args.workers
-    out |= {"executor": executor, "workers": workers, "scheduler": args.scheduler}
+    out |= {"workers": workers, "scheduler": args.scheduler, "from_cache": cached}
     rate = round(tokens / seconds, 1) if seconds > 0 and not cached else None
-    out |= {
-        "seconds": round(seconds, 3),
-        "from_cache": cached,
-        "tokens_per_second": rate,
-    }
-    out |= {
-        "commit": commit,
-        "dirty": dirty,
-        "versions": versions,
-        "host": socket.gethostname(),
-    }
-    date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return out | {"platform": platform.platform(), "date": date}
+    out |= {"seconds": round(seconds, 3), "tokens_per_second": rate}
+    versions = library_versions("dask", "distributed", "fsspec")
+    out |= {"commit": commit, "dirty": dirty, "versions": versions}
+    out |= {"host": socket.gethostname(), "platform": platform.platform()}
+    return out | {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def _shards(args: argparse.Namespace) -> list:
@@ -155,24 +120,16 @@ def _shards(args: argparse.Namespace) -> list:
             raise fail(
                 "--out", "a file name ending in .npz", args.out, "a NumPy archive"
             )
-    with usage(
-        "--hub: " if args.hub else "SHARD: ", "", (ValueError, FileNotFoundError)
-    ):
+    where = "--hub: " if args.hub else "SHARD: "
+    with usage(where, "", (ValueError, FileNotFoundError)):
         if args.hub:
-            hub = (
-                args.hub,
-                args.hub_config,
-                args.split,
-                args.text_field,
-                args.data_files,
-            )
-            return hub_shards(*hub)
+            hub = (args.hub, args.hub_config, args.split, args.text_field)
+            return hub_shards(*hub, args.data_files)
         return file_shards(args.shards, text_field=args.text_field)
 
 
 def run_count(args: argparse.Namespace) -> int:
-    """Run ``posgeom count``; bad usage raises :class:`.cli.UsageError`.
-    Chapter: *Beyond one machine*."""
+    """Run ``posgeom count``. Chapter: *Beyond one machine*."""
     from ..cache import write_json
     from ..models import load_tokenizer
     from ..scale.counting import ShardError, sharded_marginals
@@ -185,11 +142,8 @@ def run_count(args: argparse.Namespace) -> int:
     executor = "serial" if args.serial else "dask"
     names = ("align", "workers", "scheduler", "view", "batch_size", "split_every")
     options = {name: getattr(args, name) for name in names}
-    options |= {
-        "special_tokens": args.policy,
-        "executor": executor,
-        "cache": not args.no_cache,
-    }
+    options |= {"special_tokens": args.policy, "executor": executor}
+    options["cache"] = not args.no_cache
     start = time.perf_counter()
     shard_error = usage("SHARD: ", " (nothing was written)", (ShardError,))
     with usage(errors=(ValueError, FileNotFoundError, ConnectionError)), shard_error:

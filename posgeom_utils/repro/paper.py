@@ -1,8 +1,7 @@
-"""The numbers Cirrincione (2026) reports, as stated in our sources (abstract +
-third-party summary).
+"""The numbers Cirrincione (2026) reports, as stated in our sources (abstract and a
+third-party summary): quoted beside ours, never used in a computation.
 
-Chapter: *Reproduction ledger* (every chapter shows them beside its own numbers). They
-are quoted, never used in a computation."""
+Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
 

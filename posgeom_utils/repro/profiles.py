@@ -1,14 +1,10 @@
 """Named parameter sets for the chapters: ``smoke`` (seconds: tests and class),
 ``default`` (a chapter in minutes on a laptop), ``reference`` (what the book shows:
-committed results, about half an hour on a 2-core CPU, memoised), ``paper`` (GPU).
+each notebook's own ``parameters`` cell, memoised), ``paper`` (GPU, the paper's model;
+``posgeom run --model ...`` replaces it). The other profiles override some values of the
+``parameters`` cell through papermill.
 
-The ``paper`` profile uses the paper's model, ``bert-base-uncased`` (it needs the
-Hugging Face hub or a local copy); ``posgeom run --model ...`` replaces it, e.g. by
-the packaged MiniLM for a capped CPU run.
-
-Chapter: *Reproduction ledger*. The ``reference`` profile is each notebook's own
-``parameters`` cell; the other profiles override some of its values through
-papermill."""
+Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
 
@@ -16,6 +12,11 @@ from typing import Any
 
 #: the paper's model (needs the Hugging Face hub or a local copy)
 BERT = "bert-base-uncased"
+#: parameters that size a run; ``posgeom run --cap`` bounds each (``None`` becomes it)
+SIZE_PARAMETERS = tuple(
+    "sample_size task_size train_steps finetune_steps synthetic_sequences "
+    "planted_sequences num_sequences other_sample_size width_steps".split()
+)
 
 # a table, one chapter per line
 # fmt: off

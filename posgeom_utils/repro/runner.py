@@ -1,16 +1,13 @@
 """``posgeom run``: re-execute chapters through papermill under a profile and keep their
 results with provenance.
 
-Chapter: *Reproduction ledger*. Each chapter gets a folder ``<out>/<chapter>/`` with the
-executed notebook, ``results.json`` (``chapter``, ``parameters``, ``results``: every
-glued number, and ``provenance``), on failure ``failed.json`` (removed by a later
-success), and ``checkpoints/`` (resumable training runs, kept between attempts of the
-same run). A chapter whose ``results.json`` has the same profile, requested parameters,
-package version and code hash (:func:`~posgeom_utils.repro.sources.code_hash`) is
-skipped; the git commit is recorded, not compared. Where the independent training runs
-execute (``executor``, ``workers``, ``scheduler``) reaches the chapters as
-``POSGEOM_EXECUTOR`` / ``POSGEOM_WORKERS`` / ``POSGEOM_SCHEDULER`` and is recorded as
-``execution``; it is not part of the skip key, since every executor gives the same
+Chapter: *Reproduction ledger*. Each chapter gets ``<out>/<chapter>/``: the executed
+notebook, ``results.json`` (``chapter``, ``parameters``, every glued number as
+``results``, ``provenance``), ``failed.json`` after a failure (removed by a success) and
+``checkpoints/`` (resumable training, kept between attempts of one run). A chapter
+whose results have the same :data:`SKIP_KEYS` is skipped; the git commit and where the
+training ran (``executor``, ``workers``, ``scheduler``, passed to the chapters as
+``POSGEOM_EXECUTOR`` etc.) are recorded, not compared: every executor gives the same
 results."""
 
 from __future__ import annotations
@@ -26,36 +23,31 @@ import socket
 import subprocess
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from unittest.mock import patch
 
 from .. import checks
 from ..cache import read_json, write_json
 from ..models import device_name
-from .profiles import PROFILES, chapter_parameters
+from .profiles import PROFILES, SIZE_PARAMETERS, chapter_parameters
+from .reference import RESULTS_ROOT, read_run
 from .results import CHECKPOINT_ENV, RESULTS_ENV
-from .reference import RESULTS_ROOT
-from .sources import REPO_ROOT, code_hash
+from .sources import REPO_ROOT, code_hash, parse_code
 
-#: parameters that size a run; ``cap`` bounds each of them (``None``, "the whole corpus", becomes ``cap``)
-SIZE_PARAMETERS = tuple(
-    "sample_size task_size train_steps finetune_steps synthetic_sequences "
-    "planted_sequences "
-    "num_sequences other_sample_size width_steps".split()
-)
 #: library versions recorded in the provenance (a missing one is recorded as null)
 LIBRARIES = tuple(
     "numpy scipy torch transformers tokenizers datasets scikit-learn papermill "
     "myst-nb".split()
 )
-#: provenance fields that must match to skip a chapter, or to resume from its checkpoints
+#: provenance that must match to skip a chapter, or to resume from its checkpoints
 SKIP_KEYS = ("profile", "requested_parameters", "package_version", "code_hash")
-#: where independent training runs execute: environment variables read by ``scale.sweeps.run_sweep``
+#: where independent training runs execute: read by ``scale.sweeps.run_sweep``
 EXECUTION_ENV = {
-    name: f"POSGEOM_{name.upper()}" for name in ("executor", "workers", "scheduler")
+    n: f"POSGEOM_{n.upper()}" for n in ("executor", "workers", "scheduler")
 }
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -87,56 +79,30 @@ class RunSummary:
         return not self.failed
 
     def __str__(self) -> str:
-        failed = (
-            f" (failed: {', '.join(self.failed)}; see <chapter>/failed.json)"
-            if self.failed
-            else ""
-        )
-        return (
-            f"{len(self.ran)} ran, {len(self.skipped)} skipped, {len(self.failed)} "
-            "failed in "
-            f"{sum(self.seconds.values()):.1f} s; results in {self.out}{failed}"
-        )
+        names = ", ".join(self.failed)
+        failed = f" (failed: {names}; see <chapter>/failed.json)" if names else ""
+        counts = f"{len(self.ran)} ran, {len(self.skipped)} skipped, "
+        counts += f"{len(self.failed)} failed in {sum(self.seconds.values()):.1f} s"
+        return f"{counts}; results in {self.out}{failed}"
 
 
-def default_source_dir() -> Path:
-    """The checkout's ``notebooks/`` folder. Chapter: *Reproduction ledger*."""
-    return REPO_ROOT / "notebooks"
+def _source_dir(source_dir: Path | None) -> Path:
+    return Path(source_dir) if source_dir is not None else REPO_ROOT / "notebooks"
 
 
-def available_chapters(source_dir: Path) -> list[str]:
-    """The chapters in ``source_dir``: every ``*.md`` with a jupytext header.
-    Chapter: *Reproduction ledger*."""
-
-    def is_notebook(path: Path) -> bool:
-        head = path.read_text(encoding="utf-8", errors="replace")[:2000]
-        return head.startswith("---") and "jupytext" in head.split("\n---", 1)[0]
-
-    return sorted(p.stem for p in Path(source_dir).glob("*.md") if is_notebook(p))
-
-
-def declared_parameters(nb: Any) -> dict[str, Any]:
-    """The names and literal defaults of the notebook's ``parameters`` cell (``...``
-    where not a literal). Chapter: *Reproduction ledger*."""
-    for cell in nb.cells:
-        if cell.cell_type == "code" and "parameters" in cell.get("metadata", {}).get(
-            "tags", []
-        ):
-            source = "\n".join(
-                l
-                for l in cell.source.splitlines()
-                if not l.lstrip().startswith(("%", "!"))
-            )
-            declared: dict[str, Any] = {}
-            for node in ast.parse(source).body:
-                for target in node.targets if isinstance(node, ast.Assign) else []:
-                    if isinstance(target, ast.Name):
-                        try:
-                            declared[target.id] = ast.literal_eval(node.value)
-                        except (ValueError, SyntaxError, TypeError):
-                            declared[target.id] = ...
-            return declared
-    return {}
+def _declared(nb: Any) -> dict[str, Any]:
+    """The literal defaults of the ``parameters`` cell (``...`` if not literal)."""
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    cells = [c for c in code if "parameters" in c.get("metadata", {}).get("tags", [])]
+    declared: dict[str, Any] = {}
+    for node in parse_code(cells[0].source).body if cells else []:
+        for target in node.targets if isinstance(node, ast.Assign) else []:
+            if isinstance(target, ast.Name):
+                try:
+                    declared[target.id] = ast.literal_eval(node.value)
+                except (ValueError, SyntaxError, TypeError):
+                    declared[target.id] = ...
+    return declared
 
 
 def requested_parameters(
@@ -150,11 +116,8 @@ def requested_parameters(
     """The parameters injected into ``chapter``: the profile's, ``device`` and ``model``
     (as ``model_name``) where declared, and every size parameter bounded by ``cap``.
     Chapter: *Reproduction ledger*."""
-    params = (
-        chapter_parameters(chapter, profile)
-        if chapter in PROFILES[profile]
-        else {"profile": profile}
-    )
+    known = chapter in PROFILES[profile]
+    params = chapter_parameters(chapter, profile) if known else {"profile": profile}
     for name, value in (("device", device), ("model_name", model)):
         if value is not None and name in declared:
             params[name] = value
@@ -166,126 +129,129 @@ def requested_parameters(
     return params
 
 
-def _option(option: str, check: Callable[..., Any], value: Any, *args: Any) -> None:
-    """Check a ``posgeom run`` option that was given; a bad value is a :class:`RunError`
-    naming it."""
-    try:
-        if value is not None:
-            check(value, option, *args)
-    except ValueError as exc:
-        raise RunError(option, str(exc)) from None
-
-
 def _check_request(
     profile: str, cap: Any, executor: Any, workers: Any, scheduler: Any
 ) -> None:
-    _option("--profile", checks.choice, profile, sorted(PROFILES))
-    _option("--cap", checks.integer, cap, 1, None, "pass e.g. --cap 2000")
-    _option("--executor", checks.choice, executor, ("serial", "dask"))
-    _option("--workers", checks.integer, workers, 1, None, "pass e.g. --workers 2")
+    """A :class:`RunError` naming the first bad option given."""
+    given = (
+        ("--profile", checks.choice, profile, sorted(PROFILES)),
+        ("--cap", checks.integer, cap, 1, None, "pass e.g. --cap 2000"),
+        ("--executor", checks.choice, executor, ("serial", "dask")),
+        ("--workers", checks.integer, workers, 1, None, "pass e.g. --workers 2"),
+    )
+    for option, check, value, *args in given:
+        try:
+            if value is not None:
+                check(value, option, *args)
+        except ValueError as exc:
+            raise RunError(option, str(exc)) from None
     if scheduler is not None and not (isinstance(scheduler, str) and scheduler.strip()):
-        raise RunError(
-            "--scheduler",
-            "must be a Dask scheduler address such as tcp://127.0.0.1:8786, got "
-            f"{scheduler!r}",
-        )
+        example = "a Dask scheduler address such as tcp://127.0.0.1:8786"
+        raise RunError("--scheduler", f"must be {example}, got {scheduler!r}")
     for name, value in (("--workers", workers), ("--scheduler", scheduler)):
         if value is not None and executor != "dask":
-            raise RunError(
-                name, "is used only by the Dask executor: add --executor dask"
-            )
-
-
-def _check_out(out: Path) -> None:
-    """``out`` is a folder, or can be made as one (:func:`.cli.place_problem`)."""
-    from .cli import place_problem
-
-    if problem := place_problem(out, folder=True):
-        raise RunError("--out", f"{out}: {problem}")
+            message = "is used only by the Dask executor: add --executor dask"
+            raise RunError(name, message)
 
 
 def _chapters(
     source_dir: Path | None, chapters: list[str] | None
 ) -> tuple[Path, list[str]]:
-    source_dir = Path(source_dir) if source_dir is not None else default_source_dir()
+    """The chapter folder and the chapters to run (default: all)."""
+    source_dir, fix = _source_dir(source_dir), "pass --source-dir DIR"
     if not source_dir.is_dir():
-        raise RunError(
-            "--source-dir",
-            f"chapter folder {str(source_dir)!r} does not exist: pass --source-dir "
-            "DIR (the folder holding the chapters' .md notebooks)",
-        )
-    valid = available_chapters(source_dir)
+        what = "(the folder holding the chapters' .md notebooks)"
+        message = f"chapter folder {str(source_dir)!r} does not exist: {fix} {what}"
+        raise RunError("--source-dir", message)
+
+    def is_notebook(path: Path) -> bool:
+        head = path.read_text(encoding="utf-8", errors="replace")[:2000]
+        return head.startswith("---") and "jupytext" in head.split("\n---", 1)[0]
+
+    valid = sorted(p.stem for p in source_dir.glob("*.md") if is_notebook(p))
     if not valid:
-        raise RunError(
-            "--source-dir",
-            f"{str(source_dir)!r} holds no MyST notebook (*.md with a jupytext "
-            "header): pass --source-dir DIR",
-        )
-    chapters = [
-        c.removesuffix(".md") for c in (valid if chapters is None else chapters)
-    ]
-    unknown = [c for c in chapters if c not in valid]
-    if unknown:
-        raise RunError(
-            "--chapters",
-            f"unknown chapter(s) {', '.join(unknown)}: choose from {', '.join(valid)}",
-        )
+        what = "holds no MyST notebook (*.md with a jupytext header)"
+        raise RunError("--source-dir", f"{str(source_dir)!r} {what}: {fix}")
+    chapters = valid if chapters is None else chapters
+    chapters = [c.removesuffix(".md") for c in chapters]
+    if unknown := ", ".join(c for c in chapters if c not in valid):
+        message = f"unknown chapter(s) {unknown}: choose from {', '.join(valid)}"
+        raise RunError("--chapters", message)
     return source_dir, list(dict.fromkeys(chapters))
 
 
 def _device(device: str | None, profile: str, cap: int | None) -> str:
-    where = device_name(device or "auto")
+    where, cap_it = device_name(device or "auto"), "--cap N (e.g. --cap 2000)"
+    uncapped_paper = profile == "paper" and cap is None
     if where.startswith("unavailable"):
-        fix = (
-            "run it on a machine with a CUDA GPU, or pass --device cpu --cap N (e.g. "
-            "--cap 2000) for a "
-            "capped run on CPU"
-            if profile == "paper" and cap is None
-            else "pass --device auto or --device cpu"
-        )
+        fix = "pass --device auto or --device cpu"
+        if uncapped_paper:
+            fix = f"run it on a machine with a CUDA GPU, or pass --device cpu {cap_it} "
+            fix += "for a capped run on CPU"
         raise RunError("--device", f"{device!r} is {where}: {fix}")
-    if profile == "paper" and where == "cpu" and cap is None:
+    if uncapped_paper and where == "cpu":
+        fix = f"pass {cap_it} to run a capped version on CPU, or --device cuda"
         raise RunError(
-            "--profile paper",
-            "the paper profile is sized for a GPU: pass --cap N (e.g. --cap 2000) "
-            "to run a capped version on CPU, or --device cuda",
+            "--profile paper", f"the paper profile is sized for a GPU: {fix}"
         )
     return where
 
 
 def git_state() -> tuple[str | None, bool | None]:
     """(commit, dirty) of the checkout holding the package; ``(None, None)`` outside
-    git. Chapter: *Reproduction ledger*."""
+    git. Results under ``book/results`` are outputs, not code: they leave the tree
+    clean. Chapter: *Reproduction ledger*."""
 
     def git(*args: str) -> str | None:
+        command = ["git", "-C", str(REPO_ROOT), *args]
         try:
             done = subprocess.run(
-                ["git", "-C", str(REPO_ROOT), *args],
-                capture_output=True,
-                text=True,
-                timeout=30,
+                command, capture_output=True, text=True, timeout=30, check=False
             )
         except (OSError, subprocess.SubprocessError):
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    # results that runs write into book/results are outputs, not code: they leave the tree clean
     outputs = f":(exclude){RESULTS_ROOT.relative_to(REPO_ROOT)}"
     status = git("status", "--porcelain", "--", ".", outputs) if commit else None
     return commit, (None if status is None else bool(status))
 
 
-def library_versions() -> dict[str, str | None]:
-    """Python and the :data:`LIBRARIES` versions (``None`` when not installed).
-    Chapter: *Reproduction ledger*."""
+def library_versions(*extra: str) -> dict[str, str | None]:
+    """Python and the versions of :data:`LIBRARIES` and ``extra`` (``None`` when not
+    installed). Chapter: *Reproduction ledger*."""
     versions: dict[str, str | None] = {"python": platform.python_version()}
-    for name in LIBRARIES:
+    for name in (*LIBRARIES, *extra):
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+def _cpu() -> str:
+    """Processor, cores, SIMD: trained numbers can differ between processors."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    names = [
+        line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")
+    ]
+    flags = next((line for line in lines if line.startswith("flags")), "")
+    simd = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
+    name = names[0] if names else platform.processor() or platform.machine()
+    return f"{name}, {os.cpu_count()} cores, {simd}"
+
+
+def _common(where: str, cap: int | None, execution: dict[str, Any]) -> dict[str, Any]:
+    """The provenance every chapter of one run shares."""
+    commit, dirty = git_state()
+    common = {"commit": commit, "dirty": dirty, "device_name": where, "cap": cap}
+    common |= {"execution": execution, "libraries": library_versions()}
+    common |= {"hostname": socket.gethostname(), "platform": platform.platform()}
+    return common | {"cpu": _cpu()}
 
 
 @dataclass
@@ -308,59 +274,15 @@ def _plan(
     source = source_dir / f"{chapter}.md"
     nb = jupytext.read(source)
     try:
-        declared = declared_parameters(nb)
+        declared = _declared(nb)
     except SyntaxError as exc:
-        raise RunError(
-            "--chapters",
-            f"{chapter}: its parameters cell is not valid Python ({exc}); fix "
-            f"{source} or leave the chapter out",
-        ) from exc
-    params = json.loads(
-        json.dumps(
-            requested_parameters(chapter, profile, declared, **options), default=str
-        )
-    )
-    identity = {
-        "profile": profile,
-        "requested_parameters": params,
-        "package_version": __version__,
-        "code_hash": code_hash(source),
-    }
+        fix = f"fix {source} or leave the chapter out"
+        message = f"{chapter}: its parameters cell is not valid Python ({exc}); {fix}"
+        raise RunError("--chapters", message) from exc
+    params = requested_parameters(chapter, profile, declared, **options)
+    params = json.loads(json.dumps(params, default=str))
+    identity = dict(zip(SKIP_KEYS, (profile, params, __version__, code_hash(source))))
     return _Plan(chapter, source, nb, out / chapter, params, identity)
-
-
-def _common(where: str, cap: int | None, execution: dict[str, Any]) -> dict[str, Any]:
-    """The provenance every chapter of one run shares."""
-    commit, dirty = git_state()
-    return {
-        "commit": commit,
-        "dirty": dirty,
-        "device_name": where,
-        "cap": cap,
-        "execution": execution,
-        "libraries": library_versions(),
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "cpu": cpu_model(),
-    }
-
-
-def cpu_model() -> str:
-    """The processor and its core count: trained numbers can differ in their last digits
-    (and, through training, beyond) between processors. Chapter: *Reproduction ledger*."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        info = ""
-    names = [
-        line.split(":", 1)[1].strip()
-        for line in info.splitlines()
-        if line.startswith("model name")
-    ]
-    flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
-    simd = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
-    name = names[0] if names else platform.processor() or platform.machine()
-    return f"{name}, {os.cpu_count()} cores, {simd}"
 
 
 def run_chapters(
@@ -382,12 +304,16 @@ def run_chapters(
     with provenance; chapters whose results are current are skipped unless ``force``,
     and a failing chapter does not stop the others. Bad requests raise :class:`RunError`
     before anything runs. Chapter: *Reproduction ledger*."""
+    from .cli import place_problem
+
     _check_request(profile, cap, executor, workers, scheduler)
     source_dir, chapters = _chapters(source_dir, chapters)
     where = _device(device, profile, cap)
-    default_out = Path.cwd() / "runs" / f"{profile}-{date.today().isoformat()}"
-    out = Path(out) if out is not None else default_out
-    _check_out(out)
+    if out is None:
+        out = Path.cwd() / "runs" / f"{profile}-{date.today().isoformat()}"
+    out = Path(out)
+    if problem := place_problem(out, folder=True):
+        raise RunError("--out", f"{out}: {problem}")
     import papermill  # noqa: F401 - fail before any chapter when papermill is missing
 
     options = {"device": device, "cap": cap, "model": model}
@@ -396,16 +322,13 @@ def run_chapters(
     execution = {k: v for k, v in execution.items() if v is not None}
     common = _common(where, cap, execution)
     summary = RunSummary(out=out, profile=profile)
-    settings = (("cap", cap), *execution.items())
-    extra = "".join(f", {k} {v}" for k, v in settings if v is not None)
-    log(
-        f"posgeom run: profile {profile}, {len(plans)} chapter(s), device "
-        f"{where}{extra}"
-        f" -> {out}"
-    )
+    settings = {"cap": cap, **execution}
+    extra = "".join(f", {k} {v}" for k, v in settings.items() if v is not None)
+    head = f"posgeom run: profile {profile}, {len(plans)} chapter(s), device {where}"
+    log(f"{head}{extra} -> {out}")
     for k, plan in enumerate(plans, 1):
         prefix = f"[{k}/{len(plans)}] {plan.chapter}:"
-        previous = (read_json(plan.folder / "results.json") or {}).get("provenance", {})
+        previous = (read_run(out, plan.chapter) or {}).get("provenance", {})
         if not force and all(previous.get(x) == plan.identity[x] for x in SKIP_KEYS):
             summary.skipped.append(plan.chapter)
             summary.seconds[plan.chapter] = 0.0
@@ -436,35 +359,30 @@ def _run_logged(
 def stale_results(
     results_dir: Path, source_dir: Path | None = None, chapter: str = "*"
 ) -> dict[str, str]:
-    """``{chapter: why}`` for every ``<results_dir>/<chapter>/results.json`` (``chapter``:
-    one, or ``"*"`` for all) whose code hash differs from the current chapter's, or whose
-    chapter is gone; empty when all are fresh. Chapter: *Reproduction ledger*."""
-    source_dir = Path(source_dir) if source_dir is not None else default_source_dir()
+    """``{chapter: why}`` for each ``<results_dir>/<chapter>/results.json`` (``chapter``:
+    one, or ``"*"`` for all) whose code hash is not the current chapter's, or whose
+    chapter is gone. Chapter: *Reproduction ledger*."""
+    source_dir = _source_dir(source_dir)
     stale: dict[str, str] = {}
     for path in sorted(Path(results_dir).glob(f"{chapter}/results.json")):
-        chapter, source = path.parent.name, source_dir / f"{path.parent.name}.md"
-        recorded = (read_json(path) or {}).get("provenance", {}).get("code_hash")
+        name, source = path.parent.name, source_dir / f"{path.parent.name}.md"
+        prov = (read_run(results_dir, name) or {}).get("provenance", {})
         if not source.is_file():
-            stale[chapter] = f"no chapter {source} any more"
-        elif recorded != (current := code_hash(source)):
-            stale[chapter] = (
+            stale[name] = f"no chapter {source} any more"
+        elif (recorded := prov.get("code_hash")) != (current := code_hash(source)):
+            stale[name] = (
                 f"code hash {str(recorded)[:12]} != current {current[:12]}: rerun "
-                f"`posgeom run --chapters {chapter} --out {Path(results_dir)}`"
+                f"`posgeom run --chapters {name} --out {Path(results_dir)}`"
             )
     return stale
 
 
 def _prepare_checkpoints(plan: _Plan, force: bool) -> Path:
-    """The chapter's checkpoint folder: kept when it belongs to an earlier attempt of
-    this very run."""
-    folder, current = (
-        plan.folder / "checkpoints",
-        {k: plan.identity[k] for k in SKIP_KEYS},
-    )
-    owner = read_json(folder / "run.json")
-    if folder.exists() and (
-        force or owner is None or {k: owner.get(k) for k in SKIP_KEYS} != current
-    ):
+    """The checkpoint folder, kept for another attempt of this very run."""
+    folder = plan.folder / "checkpoints"
+    current = {k: plan.identity[k] for k in SKIP_KEYS}
+    owner = read_json(folder / "run.json") or {}
+    if folder.exists() and (force or {k: owner.get(k) for k in SKIP_KEYS} != current):
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "run.json").exists():
@@ -473,19 +391,16 @@ def _prepare_checkpoints(plan: _Plan, force: bool) -> Path:
 
 
 def _error_record(exc: BaseException) -> dict[str, Any]:
+    """What ``failed.json`` says about the error: the notebook cell's, or Python's."""
     from papermill.exceptions import PapermillExecutionError
 
     if isinstance(exc, PapermillExecutionError):
-        return {
-            "error": exc.ename,
-            "message": str(exc.evalue),
-            "cell_index": exc.cell_index,
-            "traceback": _ANSI.sub("", "\n".join(exc.traceback)).splitlines()[-20:],
-        }
-    lines = "".join(
-        traceback.format_exception(type(exc), exc, exc.__traceback__)
-    ).splitlines()
-    return {"error": type(exc).__name__, "message": str(exc), "traceback": lines[-20:]}
+        lines = _ANSI.sub("", "\n".join(exc.traceback)).splitlines()
+        record = {"error": exc.ename, "message": str(exc.evalue)}
+        return record | {"cell_index": exc.cell_index, "traceback": lines[-20:]}
+    lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    record = {"error": type(exc).__name__, "message": str(exc)}
+    return record | {"traceback": lines.splitlines()[-20:]}
 
 
 def _now() -> str:
@@ -495,8 +410,7 @@ def _now() -> str:
 def _execute(
     plan: _Plan, force: bool, common: dict[str, Any], partial: Path
 ) -> dict[str, Any]:
-    """Execute the chapter with its environment; return what it saved (its parameters
-    and results)."""
+    """Run the notebook; what it saved (its parameters and results)."""
     import papermill
 
     env = {
@@ -504,77 +418,53 @@ def _execute(
         CHECKPOINT_ENV: str(_prepare_checkpoints(plan, force).resolve()),
         **{EXECUTION_ENV[k]: str(v) for k, v in common["execution"].items()},
     }
+    notebook, cwd = str(plan.folder / f"{plan.chapter}.ipynb"), str(plan.source.parent)
+    options = {"kernel_name": "python3", "cwd": cwd, "progress_bar": False}
     with patch.dict(os.environ, env):
-        papermill.execute_notebook(
-            plan.notebook,
-            str(plan.folder / f"{plan.chapter}.ipynb"),
-            parameters=plan.parameters,
-            kernel_name="python3",
-            cwd=str(plan.source.parent),
-            progress_bar=False,
-        )
+        papermill.execute_notebook(plan.notebook, notebook, plan.parameters, **options)
     payload = read_json(partial)
     if payload is None:
         raise RuntimeError(
-            "the chapter saved no results: call "
-            "posgeom_utils.repro.results.show_parameters"
-            "(chapter, globals()) in the cell after its parameters cell"
+            "the chapter saved no results: call posgeom_utils.repro.results."
+            "show_parameters(chapter, globals()) in the cell after its parameters cell"
         )
     return payload
-
-
-def _attempt(
-    plan: _Plan, common: dict[str, Any], started: str, t0: float
-) -> dict[str, Any]:
-    """What a failed or interrupted record says about the attempt."""
-    return {
-        "chapter": plan.chapter,
-        "started": started,
-        "wall_seconds": round(time.perf_counter() - t0, 3),
-        "requested_parameters": plan.parameters,
-        "execution": common["execution"],
-        "notebook": str(plan.folder / f"{plan.chapter}.ipynb"),
-    }
 
 
 def _run_one(
     plan: _Plan, force: bool, common: dict[str, Any]
 ) -> tuple[bool, float, str]:
-    """Execute one chapter and write its ``results.json`` (or ``failed.json``); returns
-    (succeeded, wall seconds, the error in one line)."""
+    """Execute one chapter and write its ``results.json`` (or ``failed.json``, or
+    ``interrupted.json``); returns (succeeded, wall seconds, the error in one line)."""
     plan.folder.mkdir(parents=True, exist_ok=True)
     partial, failed = plan.folder / "results.partial.json", plan.folder / "failed.json"
     partial.unlink(missing_ok=True)
     started, t0 = _now(), time.perf_counter()
+    attempt = {"chapter": plan.chapter, "started": started}
+    attempt |= {
+        "requested_parameters": plan.parameters,
+        "execution": common["execution"],
+    }
+    attempt["notebook"] = str(plan.folder / f"{plan.chapter}.ipynb")
     try:
         payload = _execute(plan, force, common, partial)
         seconds = time.perf_counter() - t0
-        provenance = {
-            **plan.identity,
-            **common,
-            "started": started,
-            "finished": _now(),
-            "wall_seconds": round(seconds, 3),
-        }
-        write_json(
-            plan.folder / "results.json",
-            {
-                "chapter": plan.chapter,
-                "provenance": provenance,
-                "parameters": payload.get("parameters", {}),
-                "results": payload.get("results", {}),
-            },
-        )
+        provenance = {**plan.identity, **common, "started": started, "finished": _now()}
+        provenance["wall_seconds"] = round(seconds, 3)
+        results = {k: payload.get(k, {}) for k in ("parameters", "results")}
+        record = {"chapter": plan.chapter, "provenance": provenance, **results}
+        write_json(plan.folder / "results.json", record)
         failed.unlink(missing_ok=True)
         (plan.folder / "interrupted.json").unlink(missing_ok=True)
         return True, seconds, ""
     except KeyboardInterrupt:  # recorded; the checkpoints stay for the rerun
-        record = _attempt(plan, common, started, t0)
-        record["resume"] = "rerun the same command: training resumes from checkpoints/"
-        write_json(plan.folder / "interrupted.json", record)
+        attempt["wall_seconds"] = round(time.perf_counter() - t0, 3)
+        resume = "rerun the same command: training resumes from checkpoints/"
+        write_json(plan.folder / "interrupted.json", attempt | {"resume": resume})
         raise
     except Exception as exc:  # noqa: BLE001 - recorded; the other chapters still run
-        record = {**_attempt(plan, common, started, t0), **_error_record(exc)}
+        attempt["wall_seconds"] = round(time.perf_counter() - t0, 3)
+        record = attempt | _error_record(exc)
         write_json(failed, record)
         message = " ".join(record["message"].split())[:200]
         return False, record["wall_seconds"], f"{record['error']}: {message}"
