@@ -1,8 +1,10 @@
-"""Sharded counts (posgeom_utils.scale.counting): the merge is exact, on Dask as in one process.
+"""Sharded counts (posgeom_utils.scale.counting): the merge is exact, on Dask as in one
+process.
 
 Chapter: *Beyond one machine*. The reference is always the single-process count
-(:func:`posgeom_utils.marginals.positional_marginals`) of all the shards' texts; every comparison is
-bit for bit (the CSR arrays, their dtypes, the supports and the length histograms).
+(:func:`posgeom_utils.marginals.positional_marginals`) of all the shards' texts; every
+comparison is bit for bit (the CSR arrays, their dtypes, the supports and the length
+histograms).
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ from hypothesis import strategies as st
 
 import posgeom_utils.scale.counting as counting
 from posgeom_utils.scale import sweeps
-from posgeom_utils.marginals import PositionalMarginals, count_batches, positional_marginals
+from posgeom_utils.marginals import (
+    PositionalMarginals,
+    count_batches,
+    positional_marginals,
+)
 from posgeom_utils.scale.counting import (
     Shard,
     ShardError,
@@ -55,7 +61,8 @@ WORDS = [
 def _texts(seed: int, num: int, max_words: int = 40) -> list[str]:
     rng = random.Random(seed)
     return [
-        " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, max_words))) for _ in range(num)
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, max_words)))
+        for _ in range(num)
     ]
 
 
@@ -74,12 +81,15 @@ def assert_same_count(a: PositionalMarginals, b: PositionalMarginals) -> None:
 def shard_dir(tmp_path_factory) -> Path:
     """Unequal shards in every format we read, one of them empty."""
     root = tmp_path_factory.mktemp("shards")
-    (root / "a.txt").write_text("\n".join(_texts(1, 120)) + "\n\n")  # a trailing blank line
+    # a trailing blank line
+    (root / "a.txt").write_text("\n".join(_texts(1, 120)) + "\n\n")
     (root / "b.txt.gz").write_bytes(gzip.compress("\n".join(_texts(2, 7)).encode()))
     (root / "c.jsonl").write_text(
         "".join(json.dumps({"text": t, "label": 0}) + "\n" for t in _texts(3, 60, 80))
     )
-    (root / "d.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t1\n" for t in _texts(4, 33)))
+    (root / "d.tsv").write_text(
+        "sentence\tlabel\n" + "".join(f"{t}\t1\n" for t in _texts(4, 33))
+    )
     (root / "e.txt.bz2").write_bytes(bz2.compress(b""))  # empty
     return root
 
@@ -133,7 +143,9 @@ def test_sharded_count_equals_the_single_process_count_bit_for_bit(
 
 
 @pytest.mark.parametrize("view", ["model", "corpus"])
-def test_dask_count_with_end_alignment_and_dropped_specials(shard_dir, tokenizer, client, view):
+def test_dask_count_with_end_alignment_and_dropped_specials(
+    shard_dir, tokenizer, client, view
+):
     shards = file_shards([str(shard_dir / "a.txt"), str(shard_dir / "c.jsonl")])
     reference = positional_marginals(
         _all_texts(shards),
@@ -161,21 +173,30 @@ def test_dask_count_with_end_alignment_and_dropped_specials(shard_dir, tokenizer
 
 
 def test_the_comparison_can_fail(shard_dir, tokenizer, client):
-    """Negative control: leaving one shard out changes the count, and the equality check sees it."""
+    """Negative control: leaving one shard out changes the count, and the equality check
+    sees it."""
     shards = file_shards(str(shard_dir / "*"))
     reference = positional_marginals(_all_texts(shards), tokenizer, n=48, cache=False)
-    partial = sharded_marginals(shards[1:], tokenizer, n=48, scheduler=client, cache=False)
+    partial = sharded_marginals(
+        shards[1:], tokenizer, n=48, scheduler=client, cache=False
+    )
     with pytest.raises(AssertionError):
         assert_same_count(partial, reference)
 
 
 @settings(max_examples=25, deadline=None)
-@given(cuts=st.lists(st.integers(0, 80), max_size=6), order=st.randoms(use_true_random=False))
+@given(
+    cuts=st.lists(st.integers(0, 80), max_size=6),
+    order=st.randoms(use_true_random=False),
+)
 def test_merge_is_exact_for_any_split_and_any_order(tokenizer, cuts, order):
-    """Property: counting parts separately and merging them, in any order, equals counting the whole."""
+    """Property: counting parts separately and merging them, in any order, equals
+    counting the whole."""
     texts = _texts(11, 80, 30)
     bounds = [0, *sorted(cuts), len(texts)]
-    parts = [count_batches([texts[a:b]], tokenizer, n=24) for a, b in zip(bounds, bounds[1:])]
+    parts = [
+        count_batches([texts[a:b]], tokenizer, n=24) for a, b in zip(bounds, bounds[1:])
+    ]
     order.shuffle(parts)
     merged = parts[0]
     for part in parts[1:]:
@@ -208,11 +229,15 @@ def test_a_failing_shard_is_named_and_nothing_is_kept(
         sharded_marginals(
             [str(good), str(bad)], tokenizer, n=8, executor=executor, scheduler=client
         )
-    assert not list(fresh_cache.rglob("*.npz")), "a failed count must not leave a (partial) result"
+    assert not list(fresh_cache.rglob("*.npz")), (
+        "a failed count must not leave a (partial) result"
+    )
     missing_field = tmp_path / "other.jsonl"
     missing_field.write_text(json.dumps({"review": "x"}) + "\n")
     with pytest.raises(ShardError, match="other.jsonl.*text_field"):
-        sharded_marginals([str(missing_field)], tokenizer, n=8, executor=executor, scheduler=client)
+        sharded_marginals(
+            [str(missing_field)], tokenizer, n=8, executor=executor, scheduler=client
+        )
 
 
 def test_cache_key_covers_the_shard_list_and_contents(
@@ -242,7 +267,8 @@ def test_cache_key_covers_the_shard_list_and_contents(
 
 
 def test_hugging_face_streaming_shards(tmp_path, tokenizer, client):
-    """A dataset in streaming mode, split by its shards (offline: the json builder on local files)."""
+    """A dataset in streaming mode, split by its shards (offline: the json builder on
+    local files)."""
     files = []
     for k in range(3):
         path = tmp_path / f"part-{k}.jsonl"
@@ -257,7 +283,8 @@ def test_hugging_face_streaming_shards(tmp_path, tokenizer, client):
     assert sorted(_all_texts(shards)) == sorted(texts)
     reference = positional_marginals(texts, tokenizer, n=32, cache=False)
     assert_same_count(
-        sharded_marginals(shards, tokenizer, n=32, scheduler=client, cache=False), reference
+        sharded_marginals(shards, tokenizer, n=32, scheduler=client, cache=False),
+        reference,
     )
 
 
@@ -272,12 +299,30 @@ def test_bad_input_gets_a_clear_error(tmp_path, tokenizer):
         sharded_marginals([str(empty)], tokenizer, n=8, executor="spark")
     with pytest.raises(ValueError, match="listed twice"):
         sharded_marginals([str(empty), str(empty)], tokenizer, n=8, executor="serial")
+    # the single-process counter's checks, before any shard is read (not a ShardError)
+    serial = dict(executor="serial", cache=False)
+    with pytest.raises(ValueError, match="align must be"):
+        sharded_marginals([str(empty)], tokenizer, n=8, align="middle", **serial)
+    with pytest.raises(ValueError, match="special_tokens must be"):
+        sharded_marginals([str(empty)], tokenizer, n=8, special_tokens="none", **serial)
+    with pytest.raises(ValueError, match="view must be"):
+        sharded_marginals([str(empty)], tokenizer, n=8, view="text", **serial)
+    with pytest.raises(ValueError, match="n=2 leaves no room"):
+        sharded_marginals([str(empty)], tokenizer, n=2, **serial)
+    with pytest.raises(ValueError, match="buffer_tokens"):
+        sharded_marginals([str(empty)], tokenizer, n=8, buffer_tokens=0, **serial)
+    short = tmp_path / "short.txt"
+    short.write_text("a film\n")
+    with pytest.raises(ValueError, match="longer than any sequence"):
+        sharded_marginals([str(short)], tokenizer, n=64, **serial)
     with pytest.raises(ValueError, match="format"):
         file_shards([str(tmp_path / "corpus.parquet")])
     with pytest.raises(FileNotFoundError, match="matches no file"):
         file_shards([str(tmp_path / "nothing-*.txt")])
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        sharded_marginals([str(tmp_path / "missing.txt")], tokenizer, n=8, executor="serial")
+        sharded_marginals(
+            [str(tmp_path / "missing.txt")], tokenizer, n=8, executor="serial"
+        )
     with pytest.raises(TypeError, match="scheduler"):
         sharded_marginals([str(empty)], tokenizer, n=8, scheduler=3, cache=False)
     with pytest.raises(FileNotFoundError, match="data_files"):
@@ -289,4 +334,6 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path, tokenizer, monkeypatch
     path.write_text("a film\n")
     monkeypatch.setattr(sweeps, "CONNECT_TIMEOUT", "1s")
     with pytest.raises(ConnectionError, match="scheduler='tcp://127.0.0.1:9'"):
-        sharded_marginals([str(path)], tokenizer, n=8, scheduler="tcp://127.0.0.1:9", cache=False)
+        sharded_marginals(
+            [str(path)], tokenizer, n=8, scheduler="tcp://127.0.0.1:9", cache=False
+        )

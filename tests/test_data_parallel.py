@@ -1,13 +1,17 @@
-"""posgeom_utils.scale.data_parallel: per-layer probes and fine-tuning, data-parallel under Accelerate.
+"""posgeom_utils.scale.data_parallel: per-layer probes and fine-tuning, data-parallel
+under Accelerate.
 
-Chapter *Beyond one machine*. Two CPU processes are forked (gloo backend, a FileStore rendezvous: no network
-port, so concurrent test runs cannot collide) and run everything once; the tests compare what they returned
-with the single-process functions run here. The model is a tiny random BERT (hidden 32, 2 layers, dropout 0 so
-that a fine-tuning step is a deterministic function of its batch) saved with the packaged tokenizer.
+Chapter *Beyond one machine*. Two CPU processes are forked (gloo backend, a FileStore
+rendezvous: no network port, so concurrent test runs cannot collide) and run everything
+once; the tests compare what they returned with the single-process functions run here,
+and count the work each process did. The model is a tiny random BERT (hidden 32, 2
+layers, dropout 0 so that a fine-tuning step is a deterministic function of its batch)
+saved with the packaged tokenizer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -42,9 +46,11 @@ TINY = dict(
     hidden_dropout_prob=0.0,
     attention_probs_dropout_prob=0.0,
 )
-N, MAX_LEN, B = 12, 8, 16  # positions probed, fine-tuning length, the single-process batch
-#: 2 processes with batch B/2 vs 1 with batch B: float32 gradients summed in another order, amplified a little
-#: by Adam over 10 steps (observed max |dW| ~3e-6, |d loss| ~5e-8); the negative control moves weights ~1e-2
+# positions probed, fine-tuning length, the single-process batch
+N, MAX_LEN, B = 12, 8, 16
+#: 2 processes with batch B/2 vs 1 with batch B: float32 gradients summed in another
+#: order, amplified a little by Adam over 10 steps (observed max |dW| ~3e-6, |d loss|
+#: ~5e-8); the negative control moves weights ~1e-2
 #: and losses ~1e-2
 WEIGHT_TOL, LOSS_TOL = 3e-5, 1e-5
 
@@ -57,8 +63,9 @@ def _reset_accelerate() -> None:
 
 
 def launch(fn, args: tuple, nprocs: int = 2, timeout: float = 180.0) -> None:
-    """``accelerate.debug_launcher`` with a deadline: fork ``nprocs`` CPU processes joined by gloo through a
-    FileStore, run ``fn(*args)`` in each; a failure re-raises here, a hang fails the test after ``timeout``."""
+    """``accelerate.debug_launcher`` with a deadline: fork ``nprocs`` CPU processes
+    joined by gloo through a FileStore, run ``fn(*args)`` in each; a failure re-raises
+    here, a hang fails the test after ``timeout``."""
     from accelerate.utils import patch_environment
     from accelerate.utils.launch import PrepareForLaunch
     from torch.multiprocessing import start_processes
@@ -88,10 +95,12 @@ def launch(fn, args: tuple, nprocs: int = 2, timeout: float = 180.0) -> None:
             if time.monotonic() > deadline:
                 for process in context.processes:
                     process.kill()
-                pytest.fail(f"the {nprocs}-process run did not finish within {timeout:.0f} s")
+                pytest.fail(
+                    f"the {nprocs}-process run did not finish within {timeout:.0f} s"
+                )
 
 
-# --------------------------------------------------------------------------- data
+# --------------------------------------------------------------------------------- data
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +125,10 @@ def texts():
         "the a cat dog sat on mat quickly running blue house river mountain under over "
         "because although extraordinary tokenization of and"
     ).split()
-    return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 14))) for _ in range(21)]
+    return [
+        " ".join(rng.choice(words) for _ in range(rng.randint(1, 14)))
+        for _ in range(21)
+    ]
 
 
 def good_bad(n: int, seed: int) -> tuple[list[str], list[int]]:
@@ -134,14 +146,17 @@ def data():
 
 
 def config(batch_size: int, **kwargs) -> TrainConfig:
-    options = dict(steps=10, batch_size=batch_size, lr=1e-3, eval_every=5, device="cpu", threads=1)
+    options = dict(
+        steps=10, batch_size=batch_size, lr=1e-3, eval_every=5, device="cpu", threads=1
+    )
     options.update(kwargs)
     return TrainConfig(**options)
 
 
 @pytest.fixture
 def accelerator():
-    """A one-process CPU Accelerator; the shared Accelerate state and the thread count are restored after."""
+    """A one-process CPU Accelerator; the shared Accelerate state and the thread count
+    are restored after."""
     from accelerate import Accelerator
 
     threads = torch.get_num_threads()
@@ -151,12 +166,43 @@ def accelerator():
     torch.set_num_threads(threads)
 
 
-# --------------------------------------------------------------------------- the two-process run
+# ------------------------------------------------------------------ the two-process run
+
+
+@contextlib.contextmanager
+def counted(owner, name: str, size):
+    """While open, ``owner.name`` also appends ``size(*args)`` of each call to the
+    yielded list (the work a process did: used in forked processes, the parent is
+    untouched)."""
+    real, calls = getattr(owner, name), []
+
+    def wrapper(*args, **kwargs):
+        calls.append(size(*args))
+        return real(*args, **kwargs)
+
+    setattr(owner, name, wrapper)
+    try:
+        yield calls
+    finally:
+        setattr(owner, name, real)
+
+
+def _batch_sizes(model, tokenizer, batches, *rest) -> list[int]:
+    return [len(batch) for batch in batches]
+
+
+def _rows(module, input_ids, *rest) -> tuple[str, int]:
+    return ("train" if module.training else "eval"), len(input_ids)
 
 
 def _worker(tiny_dir, texts, data, out_dir):
-    """Runs in each forked process: probes and fine-tunes, result pickled per rank."""
+    """Runs in each forked process: probes and fine-tunes, result pickled per rank, with
+    the work this process did (texts per probed batch; rows per training and per
+    evaluation forward pass)."""
     from accelerate import Accelerator
+
+    import posgeom_utils.probes as probes
+    from posgeom_utils.finetune import PretrainedClassifier
 
     _reset_accelerate()  # the fork copied this process's Accelerate singletons
     torch.set_num_threads(1)
@@ -164,31 +210,48 @@ def _worker(tiny_dir, texts, data, out_dir):
     model = transformers.BertModel.from_pretrained(tiny_dir).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dir)
     (texts_train, y_train), (texts_eval, y_eval) = data
-    result = dict(rank=acc.process_index, processes=acc.num_processes)
+    result = dict(rank=acc.process_index, processes=acc.num_processes, work={})
     for b in (4, 64):  # 64: one batch in all, process 1 gets no text
-        result[f"probe{b}"] = data_parallel_hidden_means(
-            model, tokenizer, texts, N, batch_size=b, accelerator=acc
-        )
+        with counted(probes, "layer_sums", _batch_sizes) as calls:
+            result[f"probe{b}"] = data_parallel_hidden_means(
+                model, tokenizer, texts, N, batch_size=b, accelerator=acc
+            )
+        result["work"][f"probe{b}"] = [n for call in calls for n in call]
     result["probe4_global"] = data_parallel_hidden_means(
         model, tokenizer, texts, N, batch_size=4, centre="global", accelerator=acc
     )
-    for b in (B // 2, B):  # B // 2: global batch B; B: global batch 2B (the negative control)
-        m, history, records = data_parallel_finetune(
-            tiny_dir,
-            texts_train,
-            y_train,
-            texts_eval,
-            y_eval,
-            config(b),
-            max_len=MAX_LEN,
-            accelerator=acc,
-        )
-        result[f"ft{b}"] = dict(
+    # global batch B; global batch 2B (the negative control); one eval text, so that
+    # process 1 has no row to evaluate
+    runs = {
+        f"ft{B // 2}": (config(B // 2), texts_eval, y_eval),
+        f"ft{B}": (config(B), texts_eval, y_eval),
+        "ft_one_eval": (
+            config(B // 2, steps=2, eval_every=1),
+            texts_eval[:1],
+            y_eval[:1],
+        ),
+    }
+    for key, (settings, t_eval, y) in runs.items():
+        with counted(PretrainedClassifier, "forward", _rows) as calls:
+            m, history, records = data_parallel_finetune(
+                tiny_dir,
+                texts_train,
+                y_train,
+                t_eval,
+                y,
+                settings,
+                max_len=MAX_LEN,
+                accelerator=acc,
+            )
+        result[key] = dict(
             state={k: v.clone() for k, v in m.state_dict().items()},
             history=history,
             records=records,
             dropout_seed=m.seed,
         )
+        result["work"][key] = {
+            kind: [n for k, n in calls if k == kind] for kind in ("train", "eval")
+        }
     with open(os.path.join(out_dir, f"rank{acc.process_index}.pkl"), "wb") as fh:
         pickle.dump(result, fh)
 
@@ -208,7 +271,9 @@ def two(tiny_dir, texts, data, tmp_path_factory):
 @pytest.fixture(scope="module")
 def single_finetune(tiny_dir, data):
     (texts_train, y_train), (texts_eval, y_eval) = data
-    return finetune(tiny_dir, texts_train, y_train, texts_eval, y_eval, config(B), max_len=MAX_LEN)
+    return finetune(
+        tiny_dir, texts_train, y_train, texts_eval, y_eval, config(B), max_len=MAX_LEN
+    )
 
 
 def max_weight_diff(a: dict, b: dict) -> float:
@@ -220,9 +285,12 @@ def max_weight_diff(a: dict, b: dict) -> float:
 
 
 @pytest.mark.parametrize("b, centre", [(4, "none"), (64, "none"), (4, "global")])
-def test_two_process_probe_equals_single_process(two, tiny_bert, tokenizer, texts, b, centre):
-    """Same batches, same float32 forward passes: only the order of the float64 additions (and the
-    means * counts round trip) differs, so the means agree to float64 rounding (observed: 0 to 3e-17)."""
+def test_two_process_probe_equals_single_process(
+    two, tiny_bert, tokenizer, texts, b, centre
+):
+    """Same batches, same float32 forward passes: only the order of the float64
+    additions (and the means * counts round trip) differs, so the means agree to float64
+    rounding (observed: 0 to 3e-17)."""
     key = f"probe{b}" + ("_global" if centre == "global" else "")
     single = positional_hidden_means(
         tiny_bert, tokenizer, texts, N, batch_size=b, device="cpu", centre=centre
@@ -239,7 +307,8 @@ def test_two_process_probe_equals_single_process(two, tiny_bert, tokenizer, text
 
 
 def test_one_share_alone_is_not_the_result(two, tiny_bert, tokenizer, texts):
-    """Negative control: what process 0 probes on its own differs from the reduced result."""
+    """Negative control: what process 0 probes on its own differs from the merged
+    result."""
     share = batch_share(token_lengths(tokenizer, texts, N, True), 4, 0, 2)
     alone = positional_hidden_means(
         tiny_bert, tokenizer, [texts[i] for i in share], N, batch_size=4, device="cpu"
@@ -255,7 +324,8 @@ def test_batch_share_is_a_balanced_partition(tokenizer, texts):
     order = np.argsort(lengths, kind="stable")
     batches = [order[s : s + 4] for s in range(0, len(texts), 4)]
     shares = [batch_share(lengths, 4, r, 2) for r in range(2)]
-    assert sorted(np.concatenate(shares).tolist()) == list(range(len(texts)))  # disjoint, complete
+    # disjoint, complete
+    assert sorted(np.concatenate(shares).tolist()) == list(range(len(texts)))
     np.testing.assert_array_equal(shares[0], np.concatenate(batches[0::2]))
     np.testing.assert_array_equal(
         shares[1], np.concatenate(batches[1::2])
@@ -265,13 +335,16 @@ def test_batch_share_is_a_balanced_partition(tokenizer, texts):
     )  # probing a share alone keeps its batches
     work = [lengths[s].sum() for s in shares]
     assert max(work) <= 1.5 * min(work)
-    assert len(batch_share(lengths, 64, 1, 2)) == 0  # more processes than batches: nothing to do
+    # more processes than batches: nothing to do
+    assert len(batch_share(lengths, 64, 1, 2)) == 0
 
 
-# --------------------------------------------------------------------------- (b) fine-tuning
+# ---------------------------------------------------------------------- (b) fine-tuning
 
 
-def test_two_processes_with_half_batch_follow_the_single_process_run(two, single_finetune):
+def test_two_processes_with_half_batch_follow_the_single_process_run(
+    two, single_finetune
+):
     model, history, records = single_finetune
     reference = model.state_dict()
     for result in two:
@@ -288,28 +361,69 @@ def test_two_processes_with_half_batch_follow_the_single_process_run(two, single
         assert [s for s, _ in run["records"]] == [s for s, _ in records] == [0, 5, 10]
         for (_, table), (_, expected) in zip(run["records"], records):
             np.testing.assert_allclose(table, expected, rtol=0, atol=WEIGHT_TOL)
-    assert (
-        max_weight_diff(two[0][f"ft{B // 2}"]["state"], two[1][f"ft{B // 2}"]["state"]) == 0
-    )  # in sync
-    assert (
-        np.abs(records[-1][1] - records[0][1]).max() > 30 * WEIGHT_TOL
-    )  # training moved the weights
+    runs = [result[f"ft{B // 2}"]["state"] for result in two]
+    assert max_weight_diff(*runs) == 0  # in sync
+    # training moved the weights
+    assert np.abs(records[-1][1] - records[0][1]).max() > 30 * WEIGHT_TOL
 
 
 def test_negative_control_global_batch_2B_does_not_match(two, single_finetune):
-    """Per-process batch B on 2 processes trains on 2B texts a step: clearly another run."""
+    """Per-process batch B on 2 processes trains on 2B texts a step: clearly another
+    run."""
     model, history, _ = single_finetune
     run = two[0][f"ft{B}"]
     assert max_weight_diff(run["state"], model.state_dict()) > 30 * WEIGHT_TOL
-    assert np.abs(np.subtract(run["history"].train_loss, history.train_loss)).max() > 100 * LOSS_TOL
+    assert (
+        np.abs(np.subtract(run["history"].train_loss, history.train_loss)).max()
+        > 100 * LOSS_TOL
+    )
 
 
 def test_each_process_draws_its_own_dropout_masks(two):
     seeds = [result[f"ft{B // 2}"]["dropout_seed"] for result in two]
-    assert seeds[0] == 0 and seeds[1] != seeds[0]  # process 0 draws the single-process masks
+    # process 0 draws the single-process masks
+    assert seeds[0] == 0 and seeds[1] != seeds[0]
 
 
-# --------------------------------------------------------------------------- (c) one process
+def test_each_process_does_its_share_of_the_work(two, texts):
+    """The wrappers share the work rather than each process doing all of it (which the
+    equality tests alone would not notice): probe batches 0, 2, 4 and 1, 3, 5 (the short
+    one last); per training step 8 rows of the global batch of 16 each; per evaluation 8
+    and 7 of the 15 eval texts."""
+    work = [result["work"] for result in two]
+    assert [w["probe4"] for w in work] == [[4, 4, 4], [4, 4, 1]]
+    # one batch: process 1 idles
+    assert [w["probe64"] for w in work] == [[len(texts)], []]
+    assert [w[f"ft{B // 2}"]["train"] for w in work] == [[B // 2] * 10] * 2
+    assert [w[f"ft{B // 2}"]["eval"] for w in work] == [[8, 8], [7, 7]]
+    assert [w["ft_one_eval"]["eval"] for w in work] == [[1, 1], []]
+
+
+def test_fewer_eval_texts_than_processes(two, tiny_dir, data):
+    """One eval text on two processes: process 1 evaluates nothing and still gets the
+    metrics."""
+    (texts_train, y_train), (texts_eval, y_eval) = data
+    settings = config(B, steps=2, eval_every=1)
+    model, history, _ = finetune(
+        tiny_dir,
+        texts_train,
+        y_train,
+        texts_eval[:1],
+        y_eval[:1],
+        settings,
+        max_len=MAX_LEN,
+    )
+    for result in two:
+        run = result["ft_one_eval"]
+        assert run["history"].step == history.step == [1, 2]
+        assert run["history"].eval_accuracy == history.eval_accuracy
+        np.testing.assert_allclose(
+            run["history"].eval_loss, history.eval_loss, rtol=0, atol=LOSS_TOL
+        )
+        assert max_weight_diff(run["state"], model.state_dict()) < WEIGHT_TOL
+
+
+# ---------------------------------------------------------------------- (c) one process
 
 
 @pytest.mark.parametrize("centre", ["none", "global"])
@@ -320,7 +434,13 @@ def test_one_process_probe_is_the_single_process_probe(
         tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu", centre=centre
     )
     result = data_parallel_hidden_means(
-        tiny_bert, tokenizer, texts, N, batch_size=4, centre=centre, accelerator=accelerator
+        tiny_bert,
+        tokenizer,
+        texts,
+        N,
+        batch_size=4,
+        centre=centre,
+        accelerator=accelerator,
     )
     np.testing.assert_array_equal(result.means, expected.means)
     np.testing.assert_array_equal(result.counts, expected.counts)
@@ -351,19 +471,31 @@ def test_one_process_finetune_is_finetune(accelerator, single_finetune, tiny_dir
         np.testing.assert_array_equal(a, b)
 
 
-def test_command_line_probe(accelerator, tiny_dir, tiny_bert, tokenizer, texts, tmp_path):
+def test_command_line_probe(
+    accelerator, tiny_dir, tiny_bert, tokenizer, texts, tmp_path
+):
     file, out = tmp_path / "texts.txt", tmp_path / "out" / "means.npz"
     file.write_text("\n".join(texts) + "\n")
-    argv = f"probe --model {tiny_dir} --texts {file} --positions {N} --batch-size 4 --out {out}"
+    argv = f"probe --model {tiny_dir} --texts {file} --positions {N} --batch-size 4 "
+    argv += f"--out {out}"
     assert main(argv.split(), accelerator=accelerator) == 0
-    expected = positional_hidden_means(tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu")
+    expected = positional_hidden_means(
+        tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu"
+    )
     with np.load(out) as saved:
         np.testing.assert_array_equal(saved["means"], expected.means)
         np.testing.assert_array_equal(saved["counts"], expected.counts)
         provenance = json.loads(str(saved["provenance"]))
     assert json.loads(out.with_suffix(".json").read_text()) == provenance
-    assert provenance["processes"] == 1 and provenance["n"] == N and provenance["device"] == "cpu"
-    assert provenance["texts"]["num_texts"] == len(texts) and provenance["model"] == tiny_dir.name
+    assert (
+        provenance["processes"] == 1
+        and provenance["n"] == N
+        and provenance["device"] == "cpu"
+    )
+    assert (
+        provenance["texts"]["num_texts"] == len(texts)
+        and provenance["model"] == tiny_dir.name
+    )
 
 
 def test_command_line_finetune(accelerator, tiny_dir, data, tmp_path, capsys):
@@ -372,20 +504,29 @@ def test_command_line_finetune(accelerator, tiny_dir, data, tmp_path, capsys):
         (tmp_path / name).write_text("sentence\tlabel\n" + rows)
     result = tmp_path / "ft.json"
     argv = f"finetune --model {tiny_dir} --texts {tmp_path / 'train.tsv'} --eval-texts "
-    argv += f"{tmp_path / 'eval.tsv'} --steps 4 --eval-every 2 --batch-size 8 --max-len {MAX_LEN} "
-    assert main((argv + f"--lr 1e-3 --out {result}").split(), accelerator=accelerator) == 0
+    argv += f"{tmp_path / 'eval.tsv'} --steps 4 --eval-every 2 --batch-size 8 "
+    argv += f"--max-len {MAX_LEN} "
+    assert (
+        main((argv + f"--lr 1e-3 --out {result}").split(), accelerator=accelerator) == 0
+    )
     saved = json.loads(result.read_text())
-    assert saved["history"]["step"] == [2, 4] and saved["provenance"]["global_batch"] == 8
+    assert (
+        saved["history"]["step"] == [2, 4] and saved["provenance"]["global_batch"] == 8
+    )
     with np.load(result.with_suffix(".npz")) as tables:
-        assert tables["steps"].tolist() == [0, 2, 4] and tables["tables"].shape == (3, MAX_LEN, 32)
+        assert tables["steps"].tolist() == [0, 2, 4]
+        assert tables["tables"].shape == (3, MAX_LEN, 32)
     assert "wrote" in capsys.readouterr().out
 
 
-# --------------------------------------------------------------------------- (d) bad input
+# ------------------------------------------------------------------------ (d) bad input
 
 
-def test_bad_input(accelerator, tiny_dir, tiny_bert, tokenizer, texts, data, tmp_path, monkeypatch):
-    """What the data-parallel paths check themselves (the rest is the single-process functions' checks)."""
+def test_bad_input(
+    accelerator, tiny_dir, tiny_bert, tokenizer, texts, data, tmp_path, monkeypatch
+):
+    """What the data-parallel paths check themselves, and some of the single-process
+    functions' checks reached through them."""
     with pytest.raises(ValueError, match="pass its tokenizer"):
         data_parallel_hidden_means(tiny_bert, None, texts, N, accelerator=accelerator)
     with pytest.raises(TypeError, match="accelerate.Accelerator"):
@@ -400,9 +541,52 @@ def test_bad_input(accelerator, tiny_dir, tiny_bert, tokenizer, texts, data, tmp
         )
     with pytest.raises(ValueError, match="rank"):
         batch_share([3, 4], 1, rank=2, processes=2)
+    # the single-process functions' own checks, reached through the wrappers
+    with pytest.raises(ValueError, match=r"n must be an integer in \[1, 64\]"):
+        data_parallel_hidden_means(
+            tiny_bert, tokenizer, texts, 65, accelerator=accelerator
+        )
+    with pytest.raises(ValueError, match="centre"):
+        data_parallel_hidden_means(
+            tiny_bert, tokenizer, texts, N, centre="local", accelerator=accelerator
+        )
+    with pytest.raises(ValueError, match="y_train"):
+        data_parallel_finetune(
+            tiny_dir,
+            data[0][0],
+            [5] * len(data[0][0]),
+            *data[1],
+            config(4),
+            accelerator=accelerator,
+        )
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match=r"WORLD_SIZE=2.*Accelerator\(cpu=True\)"):
-        data_parallel_hidden_means(tiny_bert, tokenizer, texts, N, accelerator=accelerator)
+        data_parallel_hidden_means(
+            tiny_bert, tokenizer, texts, N, accelerator=accelerator
+        )
+
+
+def test_command_line_refuses_fp16(accelerator, tiny_dir, data, tmp_path, capsys):
+    """``accelerate launch --mixed_precision fp16``: fine-tuning autocasts to bf16 or
+    not at all."""
+
+    class FP16:
+        mixed_precision = "fp16"
+
+        def __getattr__(self, name):
+            return getattr(accelerator, name)
+
+    file = tmp_path / "train.tsv"
+    file.write_text("".join(f"{t}\t{y}\n" for t, y in zip(*data[0])))
+    argv = f"finetune --model {tiny_dir} --texts {file} --eval-texts {file} "
+    argv += f"--out {tmp_path / 'o.json'}"
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv.split(), accelerator=FP16())
+    assert (
+        exit_info.value.code == 2
+        and "--mixed_precision fp16" in capsys.readouterr().err
+    )
+    assert not (tmp_path / "o.json").exists()
 
 
 @pytest.mark.parametrize(
@@ -413,17 +597,26 @@ def test_bad_input(accelerator, tiny_dir, tiny_bert, tokenizer, texts, data, tmp
             "--positions: n must be an integer in [1, 64]",
         ),
         (["probe", "--positions", "4", "--out", "{out}"], "exactly one of --dataset"),
-        (["probe", "--texts", "{missing}", "--positions", "4", "--out", "{out}"], "is not a file"),
-        (["finetune", "--texts", "{file}", "--out", "{out}"], "--texts needs --eval-texts"),
+        (
+            ["probe", "--texts", "{missing}", "--positions", "4", "--out", "{out}"],
+            "is not a file",
+        ),
+        (
+            ["finetune", "--texts", "{file}", "--out", "{out}"],
+            "--texts needs --eval-texts",
+        ),
     ],
 )
 def test_command_line_bad_input(accelerator, tiny_dir, tmp_path, capsys, argv, message):
     file = tmp_path / "texts.txt"
     file.write_text("a text\n")
-    values = dict(file=str(file), out=str(tmp_path / "o.npz"), missing=str(tmp_path / "none.txt"))
+    values = dict(
+        file=str(file), out=str(tmp_path / "o.npz"), missing=str(tmp_path / "none.txt")
+    )
     with pytest.raises(SystemExit) as exit_info:
         main(
-            [a.format(**values) for a in argv] + ["--model", str(tiny_dir)], accelerator=accelerator
+            [a.format(**values) for a in argv] + ["--model", str(tiny_dir)],
+            accelerator=accelerator,
         )
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err

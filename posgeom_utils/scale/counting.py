@@ -13,6 +13,7 @@ reduction."""
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import resource
@@ -26,7 +27,13 @@ import numpy as np
 
 from ..cache import cache_key, cache_path, read_or_discard
 from ..checks import choice, integer
-from ..marginals import PositionalMarginals, count_batches, counting_params
+from ..marginals import (
+    PositionalMarginals,
+    _apply_min_count,
+    _check_options,
+    count_batches,
+    counting_params,
+)
 from ..settings import progress
 from .sweeps import dask_client
 
@@ -341,10 +348,7 @@ def _count_all(
         parts = [
             count_shard(s, tokenizer, **options, on_progress=bar.update) for s in shards
         ]
-    result = parts[0]
-    for part in parts[1:]:
-        result = _merge(result, part)
-    return result
+    return functools.reduce(_merge, parts)
 
 
 def sharded_marginals(
@@ -375,13 +379,15 @@ def sharded_marginals(
     Chapter: *Beyond one machine*."""
     fix = "'dask' for a cluster, 'serial' for this process"
     choice(executor, "executor", EXECUTORS, fix=fix)
-    shards = _checked_shards(shards)
+    # the single-process counter's checks (n, policies, view, buffer_tokens)
+    _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view)
     integer(batch_size, "batch_size")
     if min_count is not None:
         integer(min_count, "min_count")
     integer(
         split_every, "split_every", 2, fix="a tree needs at least 2 children per node"
     )
+    shards = _checked_shards(shards)
     params = counting_params(tokenizer, n, special_tokens, align, view)
     fingerprints = [shard_fingerprint(s) for s in shards]
     params["shards"] = sorted(fingerprints, key=lambda f: json.dumps(f, sort_keys=True))
@@ -389,7 +395,7 @@ def sharded_marginals(
     result = read_or_discard(path, PositionalMarginals.load) if cache else None
     if result is not None:
         result.params["from_cache"] = True
-        return _truncated(result, min_count)
+        return _apply_min_count(result, min_count)
     options = dict(n=n, special_tokens=special_tokens, align=align, view=view)
     options.update(batch_size=batch_size, buffer_tokens=buffer_tokens)
     result = _count_all(
@@ -403,7 +409,7 @@ def sharded_marginals(
     result.params = {**params, "shard_stats": stats}
     if cache:
         result.save(path)
-    return _truncated(result, min_count)
+    return _apply_min_count(result, min_count)
 
 
 def _checked_shards(shards: Any) -> list[Shard]:
@@ -416,19 +422,6 @@ def _checked_shards(shards: Any) -> list[Shard]:
     if len(set(shards)) != len(shards):
         raise ValueError("a shard is listed twice: pass each shard once")
     return shards
-
-
-def _truncated(
-    result: PositionalMarginals, min_count: int | None
-) -> PositionalMarginals:
-    """As the single-process count: truncated to ``min_count``, else every position
-    reached."""
-    if min_count is not None:
-        return result.truncate(min_count=min_count)
-    if np.any(result.support == 0):
-        fix = "pass a smaller n, or min_count=k for the positions k sequences reach"
-        raise ValueError(f"n={result.n} is longer than any sequence: {fix}")
-    return result
 
 
 def _count_for_bag(shard: Shard, tokenizer: Any, options: dict) -> PositionalMarginals:

@@ -1,23 +1,26 @@
 """Per-layer probes and fine-tuning, data-parallel under ``accelerate launch`` or
 ``torchrun``.
 
-Chapter: *Beyond one machine*. Each function shares the work between the processes, runs
-the single-process pieces of :mod:`posgeom_utils.probes` and
-:mod:`posgeom_utils.finetune` on its share and all-reduces: one process returns what the
-single-process function returns, several the same quantity to float tolerance. ``python
--m posgeom_utils.scale.data_parallel probe|finetune ...`` is the launchable entry point;
+Chapter: *Beyond one machine*. Thin wrappers: every process calls the single-process
+function (:func:`~posgeom_utils.probes.positional_hidden_means`,
+:func:`~posgeom_utils.training.train_classifier`) on its share of the work, and
+collective operations combine the shares. One process returns what the single-process
+function returns, several the same quantity to float tolerance. ``python -m
+posgeom_utils.scale.data_parallel probe|finetune ...`` is the launchable entry point;
 rank 0 writes the outputs atomically with their provenance."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from unittest import mock
 
 import numpy as np
 
@@ -28,14 +31,13 @@ from ..probes import (
     CENTRES,
     LayerMeans,
     check_probe,
-    layer_means,
-    layer_sums,
-    probe_params,
+    merge_layer_means,
+    positional_hidden_means,
+    token_lengths,
 )
-from ..probes import token_lengths
 
 if TYPE_CHECKING:  # torch is imported when needed: `--help` stays quick
-    from ..finetune import FinetuneSetup, PretrainedClassifier
+    from ..finetune import PretrainedClassifier
     from ..training import History, TrainConfig
 
 __all__ = [
@@ -46,16 +48,14 @@ __all__ = [
 ]
 
 
-def _get_accelerator(accelerator: Any, cpu: bool = False, bf16: bool = False) -> Any:
+def _get_accelerator(accelerator: Any, cpu: bool = False) -> Any:
     """``accelerator``, or a new ``Accelerator``: on CPU when asked or when no GPU is
-    visible (else Accelerate runs each process of a CPU-only ``torchrun`` alone), bf16
-    when asked (else what ``accelerate launch --mixed_precision`` says)."""
+    visible (else Accelerate runs each process of a CPU-only ``torchrun`` alone)."""
     if accelerator is None:
         import torch
         from accelerate import Accelerator
 
-        cpu = cpu or not torch.cuda.is_available()
-        accelerator = Accelerator(cpu=cpu, mixed_precision="bf16" if bf16 else None)
+        accelerator = Accelerator(cpu=cpu or not torch.cuda.is_available())
     if not hasattr(accelerator, "num_processes") or not hasattr(accelerator, "reduce"):
         name = type(accelerator).__name__
         raise TypeError(
@@ -69,6 +69,20 @@ def _get_accelerator(accelerator: Any, cpu: bool = False, bf16: bool = False) ->
             "do all the work alone): without GPUs create it with Accelerator(cpu=True)"
         )
     return accelerator
+
+
+def _device(accelerator: Any) -> str:
+    """The accelerator's device as :func:`~posgeom_utils.models.select_device` names it
+    (``cpu``, ``cuda:k``)."""
+    device = accelerator.device
+    return "cpu" if device.type == "cpu" else str(device)
+
+
+def _quiet_unless_main(accelerator: Any) -> contextlib.AbstractContextManager:
+    """Progress bars on the main process only (``TQDM_DISABLE`` on the others)."""
+    if accelerator.is_main_process:
+        return contextlib.nullcontext()
+    return mock.patch.dict(os.environ, {"TQDM_DISABLE": "1"})
 
 
 def batch_share(
@@ -93,21 +107,6 @@ def batch_share(
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _all_sum(accelerator: Any, sums: Any, counts: Any, n: int) -> tuple[Any, Any]:
-    """The sums and counts of all processes added; a process without batches learns the
-    shape."""
-    import torch
-
-    shape = [0, 0] if sums is None else [sums.shape[0], sums.shape[2]]
-    shapes = accelerator.gather(torch.tensor(shape, device=counts.device))
-    layers, width = shapes.reshape(-1, 2).max(0).values.tolist()
-    if sums is None:
-        sums = torch.zeros(
-            (layers, n, width), dtype=torch.float64, device=counts.device
-        )
-    return accelerator.reduce(sums, "sum"), accelerator.reduce(counts, "sum")
-
-
 def data_parallel_hidden_means(
     model: Any,
     tokenizer: Any,
@@ -123,15 +122,16 @@ def data_parallel_hidden_means(
     the same result.
 
     ``model`` is an encoder (then pass its ``tokenizer``) or a model name or folder
-    (None: the packaged all-MiniLM-L6-v2). ``batch_size`` is per process. One process
-    gives exactly the single-process result, several agree to float64 rounding (the same
-    float32 forward passes, float64 sums added in another order).
+    (None: the packaged all-MiniLM-L6-v2). ``batch_size`` is per process. Each process
+    probes its :func:`batch_share` with ``positional_hidden_means``, and the shares are
+    all-gathered and merged with :func:`~posgeom_utils.probes.merge_layer_means`. One
+    process gives exactly the single-process result, several agree to float64 rounding
+    (the same float32 forward passes, float64 sums added in another order).
     ``params["processes"]`` says how many took part. Chapter: *Beyond one machine*."""
     from ..models import load_model, load_tokenizer
 
     texts = check_texts(texts)
     accelerator = _get_accelerator(accelerator)
-    device, processes = accelerator.device, accelerator.num_processes
     if model is None or isinstance(model, (str, Path)):
         tokenizer = load_tokenizer(model) if tokenizer is None else tokenizer
         model = load_model(model, device="cpu")
@@ -139,119 +139,100 @@ def data_parallel_hidden_means(
         raise ValueError(
             "tokenizer is None but model is a model object: pass its tokenizer"
         )
+    # the single-process checks, on every process before any collective
     n, batch_size = check_probe(model, n, batch_size, centre)
-    lengths = token_lengths(tokenizer, texts, n, special_tokens)
-    share = batch_share(lengths, batch_size, accelerator.process_index, processes)
-    starts = range(0, len(share), batch_size)
-    batches = [[texts[i] for i in share[s : s + batch_size]] for s in starts]
-    sums, counts = layer_sums(
-        model.to(device), tokenizer, batches, n, special_tokens, device
-    )
-    if processes > 1:
-        sums, counts = _all_sum(accelerator, sums, counts, n)
-    params = dict(
-        probe_params(model, texts, n, batch_size, special_tokens), processes=processes
-    )
-    result = layer_means(sums, counts, params)
-    return result.centred() if centre == "global" else result
-
-
-def _unused_parameters(model: Any, X: Any) -> set[str]:
-    """Names of the trainable parameters that get no gradient (e.g. BERT's pooler),
-    which DDP needs frozen: one eval-mode forward pass on one row, gradients cleared."""
-    import torch
-
-    model.eval()
-    with torch.enable_grad():
-        model(X[:1]).float().sum().backward()
-    unused = {
-        name
-        for name, p in model.named_parameters()
-        if p.requires_grad and p.grad is None
-    }
-    model.zero_grad(set_to_none=True)
-    return unused
-
-
-def _metrics(
-    model: Any, setup: FinetuneSetup, accelerator: Any, running: list
-) -> list[float]:
-    """``[train loss, eval loss, eval accuracy]``: each process evaluates its share of
-    the eval texts with :func:`~posgeom_utils.training.evaluate`, and the sums are
-    all-reduced."""
-    import torch
-
-    from ..training import evaluate
-
     processes, rank = accelerator.num_processes, accelerator.process_index
-    X, y = setup.X_eval[rank::processes], setup.y_eval[rank::processes]
-    loss, accuracy = evaluate(model, X, y) if len(X) else (0.0, 0.0)
     if processes == 1:
-        return [float(np.mean(running)), loss, accuracy]
-    sums = [float(np.mean(running)), loss * len(X), round(accuracy * len(X)), len(X)]
-    sums = torch.tensor(sums, dtype=torch.float64, device=accelerator.device)
-    train, loss, correct, scored = accelerator.reduce(sums, "sum").tolist()
-    return [train / processes, loss / scored, correct / scored]
+        share = texts
+    else:
+        lengths = token_lengths(tokenizer, texts, n, special_tokens)
+        share = [texts[i] for i in batch_share(lengths, batch_size, rank, processes)]
+    options = (n, batch_size, special_tokens, _device(accelerator))
+    mine = None
+    if share:  # a process may get no batch
+        with _quiet_unless_main(accelerator):
+            mine = positional_hidden_means(model, tokenizer, share, *options)
+    result = mine if processes == 1 else _merged(mine, processes)
+    result = result.centred() if centre == "global" else result
+    return replace(result, params=dict(result.params, processes=processes))
 
 
-def _train(
-    setup: FinetuneSetup, config: TrainConfig, accelerator: Any
-) -> tuple[History, list]:
-    """The loop of :func:`~posgeom_utils.training.train_classifier` on prepared model,
-    optimiser and loader: seed, optimiser, one draw of the global batch per step,
-    evaluation and a record of the position table every ``eval_every`` steps."""
+def _merged(mine: LayerMeans | None, processes: int) -> LayerMeans:
+    """The merge of every process's uncentred means (None: a process without batches),
+    the same on every process."""
+    import torch.distributed as dist
+
+    parts: list[LayerMeans | None] = [None] * processes
+    dist.all_gather_object(parts, mine)
+    return merge_layer_means([part for part in parts if part is not None])
+
+
+def _gathered(mine: Any, sizes: list[int], rank: int) -> Any:
+    """Every process's rows in rank order (``sizes[r]`` rows on process ``r``); this
+    process's own rows, ``mine``, keep their gradient."""
     import torch
-    from torch.utils.data import DataLoader, Subset, TensorDataset
+    import torch.distributed as dist
 
-    from ..seeding import seed_everything
-    from ..settings import progress, progress_enabled
-    from ..training import History
+    padded = mine.new_zeros((max(sizes), *mine.shape[1:]))
+    padded[: len(mine)] = mine.detach()
+    everyone = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(everyone, padded)
+    everyone[rank] = mine
+    return torch.cat([rows[:size] for rows, size in zip(everyone, sizes)])
 
-    model, processes = setup.model, accelerator.num_processes
-    unused = _unused_parameters(model, setup.X_train)
-    for name, p in model.named_parameters():
-        p.requires_grad_(p.requires_grad and name not in unused)
-    seed_everything(config.seed)
-    model.train()
-    optimiser = torch.optim.SGD if config.optimizer == "sgd" else torch.optim.AdamW
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = optimiser(params, lr=config.lr, weight_decay=config.weight_decay)
-    generator, batch = (
-        torch.Generator().manual_seed(config.seed),
-        config.batch_size * processes,
-    )
-    size = len(setup.X_train)
-    draws = [
-        torch.randint(size, (batch,), generator=generator) for _ in range(config.steps)
-    ]
-    data = Subset(
-        TensorDataset(setup.X_train, setup.y_train), torch.cat(draws).tolist()
-    )
-    loader = DataLoader(
-        data, batch_size=batch if accelerator.split_batches else config.batch_size
-    )
-    wrapped, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    history, running, records = History(), [], {0: model.position_table(setup.n_record)}
-    quiet = not (progress_enabled() and accelerator.is_main_process)
-    steps = progress(
-        range(1, config.steps + 1), desc="training (data-parallel)", disable=quiet
-    )
-    for step, (xb, yb) in zip(steps, loader):
-        loss = torch.nn.functional.cross_entropy(wrapped(xb).float(), yb)
-        optimizer.zero_grad(set_to_none=True)
-        accelerator.backward(loss)
-        optimizer.step()
-        running.append(loss.item())
-        if step % config.eval_every == 0 or step == config.steps:
-            train_loss, eval_loss, accuracy = _metrics(
-                model, setup, accelerator, running
-            )
-            history.step.append(step)
-            history.train_loss.append(train_loss)
-            history.eval_loss.append(eval_loss)
-            history.eval_accuracy.append(accuracy)
-            running, records[step] = [], model.position_table(setup.n_record)
-    return history, sorted(records.items())
+
+def _sharded(model: PretrainedClassifier, rank: int, processes: int) -> Any:
+    """``model`` behind a forward pass that computes this process's share of the rows
+    (``tensor_split``: sizes differ by at most one) and returns the logits of all of
+    them, so that the single-process trainer and its ``evaluate`` see whole batches."""
+    import torch
+
+    class _Sharded(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.module = model
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            parts = input_ids.tensor_split(processes)
+            rows, classes = parts[rank], self.module.num_classes
+            if len(rows):
+                mine = self.module(rows).float()
+            else:  # fewer rows than processes
+                mine = torch.zeros((0, classes), device=input_ids.device)
+            return _gathered(mine, [len(p) for p in parts], rank)
+
+    return _Sharded()
+
+
+@contextlib.contextmanager
+def _summed_gradients(model: Any, processes: int) -> Iterator[None]:
+    """While open, every optimiser step over ``model``'s parameters first adds their
+    gradients up over the processes (one all-reduce of the flattened gradients). Each
+    process backpropagates the whole batch's mean loss through its own rows only, so
+    the sum is the gradient of the single-process loss."""
+    import torch
+    import torch.distributed as dist
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    if processes == 1:
+        yield
+        return
+    own = {id(p) for p in model.parameters()}
+
+    def add_up(optimizer: Any, args: Any, kwargs: Any) -> None:
+        params = (p for group in optimizer.param_groups for p in group["params"])
+        grads = [p.grad for p in params if id(p) in own and p.grad is not None]
+        if grads:
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat)
+            for grad, summed in zip(grads, flat.split([g.numel() for g in grads])):
+                grad.copy_(summed.view_as(grad))
+
+    handle = register_optimizer_step_pre_hook(add_up)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def data_parallel_finetune(
@@ -271,17 +252,19 @@ def data_parallel_finetune(
     """:func:`~posgeom_utils.finetune.finetune` data-parallel; returns ``(model,
     history, records)`` as it does, the same on every process.
 
-    ``accelerator`` is created if None (CPU when ``config.device`` is, bf16 autocast
-    where :func:`~posgeom_utils.training.amp_enabled` says so). ``config.batch_size`` is
-    per process: ``P`` processes with batch ``B / P`` follow the single-process run with
-    batch ``B`` to rounding (with dropout, in distribution: each process draws its own
-    masks); one process gives exactly ``finetune``. ``config.checkpoint_dir`` is not
-    supported. Chapter: *Beyond one machine*."""
-    import torch
-
+    Every process builds the run with :func:`~posgeom_utils.finetune.prepare_finetune`
+    and trains it with :func:`~posgeom_utils.training.train_classifier`: all draw the
+    same global batches, each computes the logits of its share of every batch (training
+    and evaluation) and gathers the others', and the gradients are summed over the
+    processes before each step. ``accelerator`` is created if None (on the CPU when
+    ``config.device`` is); ``config.amp`` decides autocast, as in ``finetune``.
+    ``config.batch_size`` is per process: ``P`` processes with batch ``B / P`` follow
+    the single-process run with batch ``B`` to rounding (with dropout, in distribution:
+    each process draws its own masks); one process gives exactly ``finetune``.
+    ``config.checkpoint_dir`` is not supported. Chapter: *Beyond one machine*."""
     from ..finetune import prepare_finetune
     from ..models import select_device
-    from ..training import amp_enabled
+    from ..training import train_classifier
 
     if getattr(config, "checkpoint_dir", None) is not None:
         raise ValueError(
@@ -289,27 +272,31 @@ def data_parallel_finetune(
         )
     options = dict(max_len=max_len, record_every=record_every, n_record=n_record)
     data = (texts_train, y_train, texts_eval, y_eval)
-    setup = prepare_finetune(
+    run = prepare_finetune(
         model_name, *data, config, num_classes=num_classes, **options
     )
-    device = select_device(setup.config.device)
-    cpu, bf16 = device.type == "cpu", amp_enabled(setup.config.amp, device)
-    accelerator = _get_accelerator(accelerator, cpu, bf16)
+    cpu = select_device(run.config.device).type == "cpu"
+    accelerator = _get_accelerator(accelerator, cpu)
+    processes, rank = accelerator.num_processes, accelerator.process_index
+    model = run.model.to(accelerator.device)
     # rank 0 draws the single-process dropout masks; the others draw their own
-    setup.model.seed = (
-        setup.config.seed + accelerator.process_index * 1_000_000_007
-    ) % 2**63
-    threads = torch.get_num_threads()
-    torch.set_num_threads(setup.config.threads or threads)
-    try:
-        history, records = _train(setup, setup.config, accelerator)
-    finally:
-        torch.set_num_threads(threads)
+    model.seed = (run.config.seed + rank * 1_000_000_007) % 2**63
+    records: dict[int, np.ndarray] = {}
+
+    def record(step: int, _: Any) -> None:
+        records[step] = model.position_table(run.n_record)
+
+    batch, device = run.config.batch_size * processes, _device(accelerator)
+    settings = replace(run.config, batch_size=batch, device=device)
+    net = model if processes == 1 else _sharded(model, rank, processes)
+    data = (run.X_train, run.y_train, run.X_eval, run.y_eval)
+    with _quiet_unless_main(accelerator), _summed_gradients(model, processes):
+        history = train_classifier(net, *data, settings, callback=record)
     accelerator.wait_for_everyone()
-    return setup.model, history, records
+    return model, history, sorted(records.items())
 
 
-# ------------------------------------------------------------------------------ command line
+# ------------------------------------------------------------------------- command line
 
 
 def _file_corpus(path: str, flag: str, labelled: bool, split: str) -> Corpus:
@@ -394,6 +381,18 @@ def _probe(args: argparse.Namespace, accelerator: Any) -> None:
         print(f"wrote {out} and {out.with_suffix('.json')}: means {result.means.shape}")
 
 
+def _bf16(accelerator: Any) -> bool:
+    """Whether ``accelerate launch --mixed_precision`` asked for bf16 autocast (the
+    command line's switch; from Python, ``config.amp`` decides)."""
+    precision = str(getattr(accelerator, "mixed_precision", "no"))
+    if precision not in ("no", "bf16"):
+        raise ValueError(
+            f"--mixed_precision {precision}: fine-tuning autocasts to bf16 or not at "
+            "all (pass bf16 or no)"
+        )
+    return precision == "bf16"
+
+
 def _finetune(args: argparse.Namespace, accelerator: Any) -> None:
     import torch
 
@@ -414,7 +413,7 @@ def _finetune(args: argparse.Namespace, accelerator: Any) -> None:
     settings = dict(
         steps=args.steps, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed
     )
-    settings["optimizer"] = args.optimizer
+    settings.update(optimizer=args.optimizer, amp=_bf16(accelerator))
     config = TrainConfig(
         batch_size=args.batch_size, eval_every=args.eval_every, **settings
     )
