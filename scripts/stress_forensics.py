@@ -1,6 +1,6 @@
 """Stress-definition forensics on SST-2: which single setting reproduces the paper's numbers?
 
-Runs the grid of posgeom_utils.forensics on the full SST-2 train split (packaged
+Runs the grid of scripts/forensics.py on the full SST-2 train split (packaged
 all-MiniLM-L6-v2 WordPiece tokenizer), scores every setting against the paper's SST-2
 sinusoidal, RoPE and ALiBi stresses and the MDS violation rate, and writes
 book/results/forensics/forensics.json (and forensics.csv, the whole scored grid) atomically,
@@ -22,7 +22,7 @@ import numpy as np
 
 from posgeom_utils import hellinger_distances, load_corpus, load_tokenizer, positional_marginals
 from posgeom_utils.cache import atomic_write
-from posgeom_utils.forensics import (
+from forensics import (  # scripts/forensics.py, beside this script
     ALIBI_FORMS,
     DEFINITIONS,
     QUANTITIES,

@@ -4,13 +4,16 @@ synthetic geometry, a negative control, and the committed forensics.json."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from posgeom_utils.encodings import rope, sinusoidal
-from posgeom_utils.forensics import (
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from forensics import (  # noqa: E402  scripts/forensics.py: the appendix's own code
     DEFINITIONS,
     QUANTITIES,
     alibi_profiles,

@@ -116,7 +116,7 @@ PAGE_WIDTH = 88  # characters of code that fit the book's text column (book/_sta
 # formatter (ruff, pyproject.toml) wraps at the same width. Printed output may be wider: it wraps, and
 # tests/test_browser.py checks that no code block scrolls sideways.
 HIDDEN = {"remove-cell", "remove-input"}
-INCLUDE = re.compile(r"```\{literalinclude\} \.\./(posgeom_utils/[\w/]+\.py)\n((?::[\w-]+:.*\n)*)")
+INCLUDE = re.compile(r"```\{literalinclude\} \.\./((?:posgeom_utils|scripts)/[\w/]+\.py)\n((?::[\w-]+:.*\n)*)")
 
 
 def included_objects(text: str) -> list[tuple[str, str]]:

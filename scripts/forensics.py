@@ -1,5 +1,7 @@
 """Stress-definition forensics: which single setting reproduces the paper's SST-2
-numbers? Chapter: *Appendix: which stress did the paper report?*."""
+numbers? The appendix's own code, kept beside the script that runs its grid
+(``scripts/stress_forensics.py``), not in the package. Chapter: *Appendix: which
+stress did the paper report?*."""
 
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import checks
-from .encodings import alibi_slopes, frequencies
-from .geometry import (
+from posgeom_utils import checks
+from posgeom_utils.encodings import alibi_slopes, frequencies
+from posgeom_utils.geometry import (
     monotonicity_violation_rate,
     paired_distances,
     stress_of_distances,
