@@ -9,7 +9,7 @@ resumable: the masks of the n-th training pass come from a generator seeded by
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -264,12 +264,15 @@ def finetune(
     n_record: int | None = None,
     num_classes: int = 2,
     device: str | None = None,
+    wrap: Callable[[FinetuneSetup], Any] | None = None,
 ) -> tuple[PretrainedClassifier, History, list[tuple[int, np.ndarray]]]:
     """Fine-tune ``model_name`` with a linear head (:func:`prepare_finetune`, then
     :func:`~posgeom_utils.training.train_classifier`). Returns
     ``(model, history, records)``, ``records`` the ``(step, table)`` of the first
     ``n_record`` rows (default ``max_len``) at step 0 and after each evaluation; with
     ``config.checkpoint_dir`` an interrupted run resumes (weights, history, records).
+    ``wrap(run)``, a context manager yielding the module and settings to train (the
+    data-parallel path of *Beyond one machine*), replaces ``(run.model, run.config)``.
     Chapter: *Do distinct positions get distinct vectors?*."""
     options = dict(
         max_len=max_len, record_every=record_every, n_record=n_record, device=device
@@ -282,13 +285,15 @@ def finetune(
     path = Path(folder) / RECORDS_FILE if folder else None
     recorded = _load_records(path, (run.n_record, run.model.position_table(1).shape[1]))
 
-    def record(step: int, model: PretrainedClassifier) -> None:
-        recorded[step] = model.position_table(run.n_record)
+    def record(step: int, _: nn.Module) -> None:
+        recorded[step] = run.model.position_table(run.n_record)
         if path is not None:
             save_records(path, recorded)
 
     data = (run.X_train, run.y_train, run.X_eval, run.y_eval)
-    history = train_classifier(run.model, *data, run.config, callback=record)
+    single = contextlib.nullcontext((run.model, run.config))
+    with wrap(run) if wrap else single as (net, settings):
+        history = train_classifier(net, *data, settings, callback=record)
     # on resume, tables recorded after the last checkpoint were recomputed
     return (
         run.model,

@@ -16,6 +16,7 @@ from torch import nn
 from . import checks
 from .cache import atomic_write, read_or_discard
 from .models import select_device
+from .sampling import t_interval
 from .seeding import seed_everything
 from .settings import progress
 
@@ -236,14 +237,9 @@ def _train(model, X_train, y_train, X_eval, y_eval, config, callback, track) -> 
 
 def accuracy_interval(accuracy: np.ndarray, n_eval: int) -> tuple[float, float]:
     """Mean held-out accuracy over seeds and its 95% half-width from both noises:
-    seed-to-seed spread (Student t) and the shared evaluation set (binomial error of
-    ``n_eval`` examples at the mean). Chapter: *Why a Transformer needs positions*."""
-    from scipy import stats
-
-    accuracy = np.asarray(accuracy, dtype=float)
-    k, mean = accuracy.size, float(accuracy.mean())
-    seeds = (
-        stats.t.ppf(0.975, k - 1) * accuracy.std(ddof=1) / np.sqrt(k) if k > 1 else 0.0
-    )
+    seed-to-seed spread (:func:`~posgeom_utils.sampling.t_interval`) and the shared
+    evaluation set (binomial error of ``n_eval`` examples at the mean). Chapter: *Why a
+    Transformer needs positions*."""
+    mean, seeds = t_interval(accuracy)
     shared = 1.959964 * np.sqrt(mean * (1 - mean) / n_eval)
-    return mean, float(np.hypot(seeds, shared))
+    return mean, float(np.hypot(seeds if len(accuracy) > 1 else 0.0, shared))

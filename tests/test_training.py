@@ -299,3 +299,17 @@ def test_masked_lm_training_with_sgd_lowers_token_loss():
     history = train_classifier(net, task.X_train, task.y_train, task.X_eval, task.y_eval,
                                TrainConfig(steps=60, lr=0.5, optimizer="sgd", eval_every=30, threads=1))
     assert history.eval_loss[-1] < before - 0.1
+
+
+def test_accuracy_interval_adds_the_seed_and_the_evaluation_noise():
+    """The held-out accuracy interval of *Why a Transformer needs positions*: Student t over the seeds
+    and the binomial error of the shared evaluation set, added in quadrature; one seed: binomial only."""
+    from scipy import stats
+
+    from posgeom_utils.training import accuracy_interval
+
+    mean, half = accuracy_interval(np.array([0.8, 0.9, 1.0]), 100)
+    seeds = stats.t.ppf(0.975, 2) * 0.1 / np.sqrt(3)
+    assert mean == pytest.approx(0.9)
+    assert half == pytest.approx(np.hypot(seeds, 1.959964 * np.sqrt(0.09 / 100)))
+    assert accuracy_interval([0.75], 400) == pytest.approx((0.75, 1.959964 * np.sqrt(0.75 * 0.25 / 400)))

@@ -262,38 +262,34 @@ def data_parallel_finetune(
     the single-process run with batch ``B`` to rounding (with dropout, in distribution:
     each process draws its own masks); one process gives exactly ``finetune``.
     ``config.checkpoint_dir`` is not supported. Chapter: *Beyond one machine*."""
-    from ..finetune import prepare_finetune
+    from ..finetune import finetune
     from ..models import select_device
-    from ..training import train_classifier
 
     if getattr(config, "checkpoint_dir", None) is not None:
         raise ValueError(
             "data_parallel_finetune does not checkpoint: pass checkpoint_dir=None"
         )
+
+    @contextlib.contextmanager
+    def wrap(run: Any) -> Iterator[tuple[Any, TrainConfig]]:
+        cpu = select_device(run.config.device).type == "cpu"
+        acc = _get_accelerator(accelerator, cpu)
+        processes, rank = acc.num_processes, acc.process_index
+        model = run.model.to(acc.device)
+        # rank 0 draws the single-process dropout masks; the others draw their own
+        model.seed = (run.config.seed + rank * 1_000_000_007) % 2**63
+        batch = run.config.batch_size * processes
+        settings = replace(run.config, batch_size=batch, device=_device(acc))
+        net = model if processes == 1 else _sharded(model, rank, processes)
+        with _quiet_unless_main(acc), _summed_gradients(model, processes):
+            yield net, settings
+        acc.wait_for_everyone()
+
     options = dict(max_len=max_len, record_every=record_every, n_record=n_record)
     data = (texts_train, y_train, texts_eval, y_eval)
-    run = prepare_finetune(
-        model_name, *data, config, num_classes=num_classes, **options
+    return finetune(
+        model_name, *data, config, num_classes=num_classes, wrap=wrap, **options
     )
-    cpu = select_device(run.config.device).type == "cpu"
-    accelerator = _get_accelerator(accelerator, cpu)
-    processes, rank = accelerator.num_processes, accelerator.process_index
-    model = run.model.to(accelerator.device)
-    # rank 0 draws the single-process dropout masks; the others draw their own
-    model.seed = (run.config.seed + rank * 1_000_000_007) % 2**63
-    records: dict[int, np.ndarray] = {}
-
-    def record(step: int, _: Any) -> None:
-        records[step] = model.position_table(run.n_record)
-
-    batch, device = run.config.batch_size * processes, _device(accelerator)
-    settings = replace(run.config, batch_size=batch, device=device)
-    net = model if processes == 1 else _sharded(model, rank, processes)
-    data = (run.X_train, run.y_train, run.X_eval, run.y_eval)
-    with _quiet_unless_main(accelerator), _summed_gradients(model, processes):
-        history = train_classifier(net, *data, settings, callback=record)
-    accelerator.wait_for_everyone()
-    return model, history, sorted(records.items())
 
 
 # ------------------------------------------------------------------------- command line
