@@ -108,27 +108,6 @@ def verdict(low: float, high: float, threshold: float = 0.0) -> str:
     )
 
 
-def missing_runs(configs: list[dict], directory) -> list[str]:
-    """Names of the ``configs`` runs without a current result in the sweep store
-    ``directory`` (none, or one of another configuration or code). Chapter: *Does a
-    trained Transformer learn its corpus's geometry?*."""
-    import json
-    from pathlib import Path
-
-    from .scale.sweeps import config_hash
-
-    missing = []
-    for config in configs:
-        path = Path(directory) / f"{config['name']}.json"
-        try:
-            ok = json.loads(path.read_text())["config_hash"] == config_hash(config)
-        except (OSError, ValueError, KeyError, TypeError):
-            ok = False
-        if not ok:
-            missing.append(config["name"])
-    return missing
-
-
 def _pairs(E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     i, j = np.triu_indices(E.shape[0], 1)
     return E[i, j], j - i

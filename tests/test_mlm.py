@@ -15,11 +15,10 @@ from hypothesis import strategies as st
 from posgeom_utils.corpus import synthetic_corpus, synthetic_mu
 from posgeom_utils.encodings import mds_encoding, random_encoding, sinusoidal
 from posgeom_utils.geometry import hellinger_distances, pairwise_distances
-from posgeom_utils.mlm import (column_shuffle, cut_vocabulary, lag_residuals, missing_runs,
+from posgeom_utils.mlm import (column_shuffle, cut_vocabulary, lag_residuals,
                                position_counts, reference_geometries, scores, train_mlm,
                                verdict, within_lag_correlation)
 from posgeom_utils.repro import sources
-from posgeom_utils.scale.sweeps import run_sweep
 from posgeom_utils.tasks import shuffle_within
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,20 +134,6 @@ def test_train_mlm_is_seeded_and_records_what_the_chapter_reads(tiny_data) -> No
     assert train_mlm(tiny(positional="none"), train, held, refs)["eval_loss"][0] > 0
 
 
-def test_the_store_is_keyed_by_configuration_and_code(tmp_path: Path, tiny_data) -> None:
-    """A memoised run is reused while its configuration and code are unchanged, and stale otherwise."""
-    train, held, refs = tiny_data
-    configs = [tiny(name="a", code="code-1"), tiny(name="b", code="code-1", seed=1)]
-    assert missing_runs(configs, tmp_path) == ["a", "b"]
-    results = run_sweep(lambda c: train_mlm(c, train, held, refs), configs, directory=tmp_path)
-    assert missing_runs(configs, tmp_path) == []
-    assert run_sweep(lambda c: 1 / 0, configs, directory=tmp_path) == results  # not retrained
-    assert missing_runs([tiny(name="a", code="code-2")], tmp_path) == ["a"]
-    assert missing_runs([tiny(name="a", code="code-1", lr=0.5)], tmp_path) == ["a"]
-    (tmp_path / "b.json").write_text("{truncated")
-    assert missing_runs(configs, tmp_path) == ["b"]
-
-
 def test_modules_hash_follows_behaviour_not_formatting(tmp_path: Path) -> None:
     """The code key of the store: a docstring or formatting edit keeps it, a constant changes it."""
     root = tmp_path / "checkout"
@@ -173,7 +158,7 @@ def test_the_committed_store_is_current() -> None:
     """Every run the committed reference results name is in the store, for the code of this commit:
     the book shows them, and a change of the code they ran makes this fail."""
     results = json.loads((ROOT / "book/results/reference/learned_geometry/results.json").read_text())
-    store = ROOT / "book/results/store/learned_geometry"
+    store = ROOT / "book/results/store/learned_geometry/masked-lm"
     assert results["results"]["code"] == sources.modules_hash(["posgeom_utils.mlm"]), (
         "the memoised runs are stale for this code: rerun `posgeom run --profile reference "
         "--chapters learned_geometry --out book/results/reference` and commit book/results")

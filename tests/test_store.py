@@ -70,3 +70,20 @@ def test_other_profiles_never_touch_the_store(tmp_path, toy):
     assert memoised(double, {"a": 5}, chapter="gone", name="one", profile="default") == {"x": 10}
     with pytest.raises(FileNotFoundError, match="chapter='gone'"):
         memoised(double, {"a": 5}, chapter="gone", name="one", profile="reference")
+
+
+def test_a_narrower_code_key_and_the_configuration(tmp_path, toy, monkeypatch):
+    """``code=`` (the learned-geometry chapter keys its runs by the modules they use) replaces the
+    chapter's hash: an edit of the chapter's cells keeps the runs; a new key or configuration does not."""
+    toy("v1")
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "results.json"))
+    runs = [{"name": "a1", "a": 1}]
+    options = dict(chapter="toy", name="keyed", profile="reference")
+    assert memoised_sweep(double, runs, code="modules-1", **options) == [{"x": 2}]
+    monkeypatch.delenv(RESULTS_ENV)
+    toy("v3")  # another chapter code: the narrower key still holds
+    assert memoised_sweep(lambda c: 1 / 0, runs, code="modules-1", **options) == [{"x": 2}]
+    with pytest.raises(StaleStoreError, match="1 of the 1"):
+        memoised_sweep(double, runs, code="modules-2", **options)
+    with pytest.raises(StaleStoreError, match="1 of the 1"):
+        memoised_sweep(double, [{"name": "a1", "a": 3}], code="modules-1", **options)

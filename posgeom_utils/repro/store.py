@@ -37,11 +37,15 @@ def memoised_sweep(
     profile: str,
     executor: str | None = None,
     desc: str | None = None,
+    code: str | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`~posgeom_utils.scale.sweeps.run_sweep` of ``fn`` over ``runs``, each keyed
-    also by the chapter's code hash and executed parameters; at the ``reference``
-    profile, outside ``posgeom run``, a run missing from the store raises
-    :class:`StaleStoreError` before anything trains. Chapter: *Reproduction ledger*."""
+    also by ``code`` (default: the chapter's code hash; a narrower key such as
+    :func:`~posgeom_utils.repro.sources.modules_hash` of the modules the runs use keeps
+    them fresh through edits of the chapter's other cells) and the executed parameters;
+    at the ``reference`` profile, outside ``posgeom run``, a run missing from the store
+    raises :class:`StaleStoreError` before anything trains. Chapter: *Reproduction
+    ledger*."""
     source = REPO_ROOT / "notebooks" / f"{chapter}.md"
     if not source.is_file() and profile == "reference":
         raise FileNotFoundError(
@@ -49,7 +53,8 @@ def memoised_sweep(
             f"of {source}, which does not exist; run the book's own checkout"
         )
     # outside the checkout (an installed package) only posgeom run's checkpoints use it
-    code = code_hash(source) if source.is_file() else "no chapter source"
+    if code is None:
+        code = code_hash(source) if source.is_file() else "no chapter source"
     parameters = {k: v for k, v in _RUN["parameters"].items() if k != "profile"}
     runs = [dict(run, code=code, parameters=parameters) for run in runs]
     root = os.environ.get(CHECKPOINT_ENV)
