@@ -9,6 +9,7 @@ no message shows the expected value. No chapter is executed.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import json
 import math
@@ -157,6 +158,7 @@ def test_wrong_and_missing_answers(names: dict, chapter: str, label: str) -> Non
 def test_unusable_arguments_are_reported_not_raised(chapter: str, label: str) -> None:
     call = check_call(chapter, label)
     check, count = getattr(teaching, call.split("(")[0]), len(call.split(","))
+    assert list(inspect.signature(check).parameters)[0] == "answer", "the signature shown by help()"
     verdict = check(0.5, *["x"] * (count - 1))
     assert verdict.ok is False and "could not run" in verdict.message, verdict
 
