@@ -1,17 +1,11 @@
-"""The reproduction ledger: every claim of Cirrincione (2026) beside our number and a
-computed verdict.
+"""The reproduction ledger: each claim of Cirrincione (2026), our number and a verdict.
 
-Chapter: *Reproduction ledger*. The rows are ``book/paper_claims.yaml`` (its header
-documents the fields): the paper's statement and value (from
-:data:`~posgeom_utils.repro.paper.REPORTED`, never typed), how our number is shown (a
-template over the chapter's glued keys, ``"{sst2_sin_raw:.0f}"``) and a ``check`` on our
-glued values that turns the two into a verdict. A check is a mapping: ``{key, op,
-value}`` (a constant), ``{key, op, other, factor, offset}`` (another key, ``factor *
-other + offset``), ``{key, op, paper, factor, offset}`` (the paper's value), ``{key, op:
-between, low, high}``, ``{asserted: TEXT}`` (the chapter asserts it), or ``{all:
-[...]}`` / ``{any: [...]}``; ``op`` is one of ``< <= > >= == !=`` (``==``/``!=`` within
-``tol + rtol |y|``). The claims the chapters make about their own numbers are not here:
-each is an ``assert`` beside its sentence, so a run that breaks it fails."""
+Chapter: *Reproduction ledger*. Rows: ``book/paper_claims.yaml`` (its header documents
+the fields). A ``check`` on our glued keys is ``{key, op, value | other | paper, factor,
+offset}`` (``key op factor * rhs + offset``: a constant, another key or the paper's
+value), ``{key, op: between, low, high}``, ``{asserted: TEXT}`` (the chapter asserts
+it), ``{all: [...]}`` or ``{any: [...]}``; ``op`` is one of ``< <= > >= == !=``
+(``==``/``!=`` within ``tol + rtol |y|``)."""
 
 from __future__ import annotations
 
@@ -32,14 +26,8 @@ BY_CONSTRUCTION = "holds by construction"
 DIFFERS = "differs"
 NOT_CHECKABLE = "not checkable here"
 NOT_IDENTIFIABLE = "not identifiable"
-VERDICTS = (
-    REPRODUCED,
-    DIFFERENT_DEFINITION,
-    NOT_IDENTIFIABLE,
-    BY_CONSTRUCTION,
-    DIFFERS,
-    NOT_CHECKABLE,
-)
+VERDICTS = (REPRODUCED, DIFFERENT_DEFINITION, NOT_IDENTIFIABLE)
+VERDICTS += (BY_CONSTRUCTION, DIFFERS, NOT_CHECKABLE)
 #: the verdict when a chapter's results for a profile are absent
 PENDING = {p: f"pending a {p} run" for p in ("smoke", "default", "reference")}
 PENDING["paper"] = "pending a GPU run"
@@ -52,14 +40,12 @@ _TEMPLATE = re.compile(r"\{([A-Za-z0-9_\-]+)(?::([^{}]*))?\}")
 
 
 class ClaimError(ValueError):
-    """A malformed row of the ledger: the message names the row and what is wrong.
-    Chapter: *Reproduction ledger*."""
+    """A malformed row of the ledger. Chapter: *Reproduction ledger*."""
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim of the paper: what it says (``value``: a REPORTED key or ``"a / b"``;
-    or ``text``), how ours is shown and judged. Chapter: *Reproduction ledger*."""
+    """One row of ``book/paper_claims.yaml``. Chapter: *Reproduction ledger*."""
 
     id: str
     chapter: str
@@ -79,12 +65,12 @@ class Claim:
 
     def keys(self) -> list[str]:
         """Every glued key the row reads, once. Chapter: *Reproduction ledger*."""
-        alternatives = self.alternatives
-        checks = [c for c in [self.check, *(a["check"] for a in alternatives)] if c]
-        texts = (self.ours, self.quantity, self.evidence, self.definition)
-        texts += tuple(a["definition"] for a in alternatives)
+        alts = self.alternatives
+        checks = [c for c in [self.check, *(a["check"] for a in alts)] if c]
+        texts = [self.ours, self.quantity, self.evidence, self.definition]
+        texts += [a["definition"] for a in alts]
         found = [k for c in checks for k in check_keys(c)]
-        found += [m.group(1) for t in texts for m in _TEMPLATE.finditer(t)]
+        found += [k for t in texts for k, _ in _TEMPLATE.findall(t)]
         return list(dict.fromkeys(found))
 
 
@@ -93,8 +79,7 @@ def _pending(profile: str) -> str:
 
 
 def paper_value(ref: str) -> float:
-    """The paper's number for a reference: a REPORTED key, or the ratio ``"a / b"`` of
-    two. Chapter: *Reproduction ledger*."""
+    """A REPORTED key's number, or ``"a / b"``. Chapter: *Reproduction ledger*."""
     names = [part.strip() for part in ref.split("/")]
     unknown = [n for n in names if n not in REPORTED]
     if unknown or len(names) > 2:
@@ -138,7 +123,6 @@ def _validate(check: Any) -> None:
 
 
 def _row(item: Mapping[str, Any]) -> Claim:
-    """One row of the YAML file as a validated :class:`Claim`."""
     unknown = sorted(set(item) - {f.name for f in dataclasses.fields(Claim)})
     if unknown or not {"id", "chapter", "statement", "ours"} <= set(item):
         raise ClaimError(
@@ -187,8 +171,7 @@ def load_claims(path: str | Path | None = None) -> list[Claim]:
 
 
 def as_number(value: Any) -> float | None:
-    """A glued value as a float (``"66%"`` is 0.66); ``None`` for booleans, words and
-    lists. Chapter: *Reproduction ledger*."""
+    """A glued value as a float (``"66%"``: 0.66). Chapter: *Reproduction ledger*."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
@@ -213,12 +196,10 @@ def _not_a_number(name: str, results: Mapping[str, Any]) -> tuple[bool, str]:
 def evaluate_check(
     check: Mapping[str, Any], results: Mapping[str, Any]
 ) -> tuple[bool, str]:
-    """Evaluate a check on one chapter's glued ``results``: (passed, what was compared).
-    Chapter: *Reproduction ledger*."""
-    for mode, combine in (("all", all), ("any", any)):
+    """(passed, what was compared). Chapter: *Reproduction ledger*."""
+    for mode, combine, joiner in (("all", all, " and "), ("any", any, " or ")):
         if mode in check:
             subs = [evaluate_check(c, results) for c in check[mode]]
-            joiner = " and " if mode == "all" else " or "
             return combine(p for p, _ in subs), joiner.join(f"[{m}]" for _, m in subs)
     if "asserted" in check:
         held = "the chapter ran to completion, so its assertion held"
@@ -245,18 +226,18 @@ def evaluate_check(
     rhs += f" {offset:+g}" if offset else ""
     rhs += f" = {_fmt(y)}" if (factor != 1 or offset or "paper" in check) else ""
     if op in OPS:
-        passed = OPS[op](x, float(y))
-        return passed, f"{key} = {_fmt(x)} {op} {rhs}: {'holds' if passed else 'fails'}"
-    tol, diff = check.get("tol", 0.0) + check.get("rtol", 0.0) * abs(y), abs(x - y)
-    passed = (diff <= tol) == (op == "==")
-    within = f"|diff| {_fmt(diff)} {'<=' if diff <= tol else '>'} tol {_fmt(tol)}"
+        passed, within = OPS[op](x, float(y)), ""
+    else:
+        tol, diff = check.get("tol", 0.0) + check.get("rtol", 0.0) * abs(y), abs(x - y)
+        passed = (diff <= tol) == (op == "==")
+        compared = "<=" if diff <= tol else ">"
+        within = f" (|diff| {_fmt(diff)} {compared} tol {_fmt(tol)})"
     verdict = "holds" if passed else "fails"
-    return passed, f"{key} = {_fmt(x)} {op} {rhs} ({within}): {verdict}"
+    return passed, f"{key} = {_fmt(x)} {op} {rhs}{within}: {verdict}"
 
 
 def render(text: str, results: Mapping[str, Any] | None) -> tuple[str, list[str]]:
-    """Fill a template with glued values: (text, missing keys); a missing key leaves
-    ``?``. Chapter: *Reproduction ledger*."""
+    """(filled template, missing keys: shown ``?``). Chapter: *Reproduction ledger*."""
     missing: list[str] = []
 
     def one(match: re.Match) -> str:
@@ -273,8 +254,7 @@ def render(text: str, results: Mapping[str, Any] | None) -> tuple[str, list[str]
 
 
 def scale_label(payload: Mapping[str, Any] | None, profile: str) -> str:
-    """What a run is: ``"reference profile"``, a capped CPU run (never paper scale), a
-    stand-in of another profile, or pending. Chapter: *Reproduction ledger*."""
+    """A run's profile, cap, stand-in or pending. Chapter: *Reproduction ledger*."""
     if payload is None:
         return _pending(profile)
     prov = payload.get("provenance", {}) or {}
@@ -287,11 +267,11 @@ def scale_label(payload: Mapping[str, Any] | None, profile: str) -> str:
     return f"{ran} profile results standing in for {profile}"
 
 
-def _provenance(payload: Mapping[str, Any] | None) -> dict[str, Any]:
+def _provenance(payload: Mapping[str, Any] | None, profile: str) -> dict[str, Any]:
+    scale = scale_label(payload, profile)
     payload = payload or {}
-    prov = payload.get("provenance", {}) or {}
-    params = payload.get("parameters", {}) or {}
-    results = payload.get("results", {}) or {}
+    parts = ("provenance", "parameters", "results")
+    prov, params, results = (payload.get(k, {}) or {} for k in parts)
     model = params.get("model_name") or results.get("model")
     model = model or results.get("tokenizer_name")
     corpora = "/".join(
@@ -308,6 +288,7 @@ def _provenance(payload: Mapping[str, Any] | None) -> dict[str, Any]:
     commit = prov.get("commit")
     dirty = " (dirty)" if prov.get("dirty") else ""
     return {
+        "scale": scale,
         "model": str(model or ("all-MiniLM-L6-v2 (packaged)" if payload else "")),
         "data": ", ".join(data) or ("synthetic" if payload else ""),
         "device": prov.get("device_name") or "",
@@ -339,10 +320,7 @@ def _sentences(*parts: str) -> str:
 
 
 def read_claim_run(folder: str | Path | None, claim: Claim) -> dict[str, Any] | None:
-    """The run of ``claim.chapter`` under ``folder`` with the results of the chapters
-    in ``claim.also`` added (``None`` when any is absent); a key the row reads that two
-    of them glue with different values is a :class:`ClaimError`.
-    Chapter: *Reproduction ledger*."""
+    """A row's run, with ``claim.also``'s results. Chapter: *Reproduction ledger*."""
     payload = read_run(folder, claim.chapter)
     others = [read_run(folder, chapter) for chapter in claim.also]
     if payload is None or None in others:
@@ -363,41 +341,10 @@ def _outcome(ours: str, verdict: str, evidence: str = "", check: str = "") -> di
     return {"ours": ours, "verdict": verdict, "evidence": evidence, "check": check}
 
 
-def _alternative(
-    claim: Claim, results: Mapping[str, Any], ours: str, evidence: str, tried: list
-) -> dict[str, str] | None:
-    """The outcome of the first alternative that holds (None if none): *reproduced with
-    a different definition*, or *not identifiable* when the ``matches`` keys (a count
-    of settings times the fractions that match) say 2 or more settings of a search
-    match; ``tried`` collects the checks' messages."""
-    for alt in claim.alternatives:
-        passed, message = evaluate_check(alt["check"], results)
-        tried.append(message)
-        if not passed:
-            continue
-        values = [as_number(results.get(key)) for key in alt["matches"]]
-        found = math.prod(values) if values and None not in values else None
-        shared = found is not None and found >= 2  # a search match that chance explains
-        text = "it holds " + render(alt["definition"], results)[0]
-        if shared:
-            text += (
-                f"; about {found:,.0f} settings of the search match as well, so the "
-                "match does not tell which definition the paper used"
-            )
-        failed = "As the paper defines it, the check fails"
-        verdict = NOT_IDENTIFIABLE if shared else DIFFERENT_DEFINITION
-        evidence = _sentences(failed, text, evidence)
-        return _outcome(ours, verdict, evidence, "; ".join(tried))
-    return None
-
-
 def judge(
     claim: Claim, payload: Mapping[str, Any] | None, profile: str
 ) -> dict[str, str]:
-    """The verdict of ``claim`` on one profile's results of its chapter: ``{"ours",
-    "verdict", "evidence", "check"}``; when the check fails, an alternative that holds
-    gives *reproduced with a different definition*, or *not identifiable* when many
-    settings of a definition search share the match. Chapter: *Reproduction ledger*."""
+    """A row's ours, verdict, evidence and check. Chapter: *Reproduction ledger*."""
     results = payload["results"] if payload is not None else None
     ours, missing = render(claim.ours, results)
     if claim.not_checkable:
@@ -415,12 +362,28 @@ def judge(
         definition = render(claim.definition, results)[0] if own else ""
         return _outcome(ours, claim.verdict, _sentences(definition, evidence), message)
     tried = [message]
-    found = _alternative(claim, results, ours, evidence, tried)
-    return found or _outcome(ours, DIFFERS, _sentences(evidence), "; ".join(tried))
+    for alt in claim.alternatives:
+        passed, message = evaluate_check(alt["check"], results)
+        tried.append(message)
+        if not passed:
+            continue
+        values = [as_number(results.get(key)) for key in alt["matches"]]
+        shared = values and None not in values and math.prod(values) >= 2
+        text = "it holds " + render(alt["definition"], results)[0]
+        if shared:  # a search match that chance explains
+            text += (
+                f"; about {math.prod(values):,.0f} settings of the search match as "
+                "well, so the match does not tell which definition the paper used"
+            )
+        failed = "As the paper defines it, the check fails"
+        verdict = NOT_IDENTIFIABLE if shared else DIFFERENT_DEFINITION
+        evidence = _sentences(failed, text, evidence)
+        return _outcome(ours, verdict, evidence, "; ".join(tried))
+    return _outcome(ours, DIFFERS, _sentences(evidence), "; ".join(tried))
 
 
 def _paper_shown(claim: Claim) -> str:
-    """The paper's value: a count as an integer, others to 4 digits, or words."""
+    """A count as an integer, other numbers to 4 digits, or the paper's words."""
     if claim.value is None:
         return claim.text or ""
     value = paper_value(claim.value)
@@ -433,10 +396,7 @@ def build_ledger(
     claims: list[Claim] | None = None,
     profiles: tuple[str, ...] = LEDGER_PROFILES,
 ) -> Any:
-    """One row per claim of the paper, indexed by id: the paper's value, what ours is,
-    the rule, and per profile (``results_dirs[profile]``: a ``posgeom run`` output
-    folder) our value, the verdict, the evidence, the run's scale and provenance.
-    Chapter: *Reproduction ledger*."""
+    """A row per claim, verdicts per profile. Chapter: *Reproduction ledger*."""
     import pandas as pd
 
     records = []
@@ -450,8 +410,7 @@ def build_ledger(
         record |= {"keys": keys, "rule": rule_text(claim)}
         for p in profiles:
             outcome = judge(claim, payloads[p], p)
-            outcome["scale"] = scale_label(payloads[p], p)
-            outcome |= _provenance(payloads[p])
+            outcome |= _provenance(payloads[p], p)
             record |= {f"{name} ({p})": value for name, value in outcome.items()}
         records.append(record)
     return pd.DataFrame(records).set_index("id")
@@ -461,9 +420,7 @@ def provenance_table(
     results_dirs: Mapping[str, str | Path | None],
     profiles: tuple[str, ...] = LEDGER_PROFILES,
 ) -> Any:
-    """One row per (profile, chapter) with results: scale, model, data, device,
-    commit, date and wall time (the rest is in each ``results.json``); a profile
-    without results gets one pending row. Chapter: *Reproduction ledger*."""
+    """One row per (profile, chapter) run. Chapter: *Reproduction ledger*."""
     import pandas as pd
 
     records = []
@@ -476,8 +433,8 @@ def provenance_table(
         for chapter in found:
             payload = read_run(folder, chapter)
             seconds = ((payload or {}).get("provenance") or {}).get("wall_seconds")
-            row = {"profile": p, "chapter": chapter, "scale": scale_label(payload, p)}
-            records.append(row | _provenance(payload) | {"wall time (s)": seconds})
+            row = {"profile": p, "chapter": chapter} | _provenance(payload, p)
+            records.append(row | {"wall time (s)": seconds})
     return pd.DataFrame(records).set_index(["profile", "chapter"])
 
 
