@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import itertools
 import json
 import random
 from pathlib import Path
@@ -20,13 +21,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import posgeom_utils.scale.counting as counting
-from posgeom_utils.scale import sweeps
 from posgeom_utils.marginals import (
     PositionalMarginals,
     count_batches,
     positional_marginals,
 )
+from posgeom_utils.scale import counting, sweeps
 from posgeom_utils.scale.counting import (
     Shard,
     ShardError,
@@ -195,7 +195,8 @@ def test_merge_is_exact_for_any_split_and_any_order(tokenizer, cuts, order):
     texts = _texts(11, 80, 30)
     bounds = [0, *sorted(cuts), len(texts)]
     parts = [
-        count_batches([texts[a:b]], tokenizer, n=24) for a, b in zip(bounds, bounds[1:])
+        count_batches([texts[a:b]], tokenizer, n=24)
+        for a, b in itertools.pairwise(bounds)
     ]
     order.shuffle(parts)
     merged = parts[0]
@@ -257,6 +258,7 @@ def test_cache_key_covers_the_shard_list_and_contents(
     again = sharded_marginals([str(a)], tokenizer, n=16, executor="serial")
     assert calls == [str(a)]  # the second call was a cache hit
     assert_same_count(first, again)
+    assert_same_count(first, sharded_marginals(a, tokenizer, n=16, executor="serial"))
     both = sharded_marginals([str(a), str(b)], tokenizer, n=16, executor="serial")
     assert calls == [str(a), str(a), str(b)]  # another shard list: counted again
     assert both.num_sequences == 40
@@ -293,14 +295,16 @@ def test_bad_input_gets_a_clear_error(tmp_path, tokenizer):
     empty.write_text("\n\n")
     with pytest.raises(ValueError, match="hold no text"):
         sharded_marginals([str(empty)], tokenizer, n=8, executor="serial", cache=False)
+    serial = {"executor": "serial", "cache": False}
     with pytest.raises(ValueError, match="shards is empty"):
         sharded_marginals([], tokenizer, n=8, executor="serial")
     with pytest.raises(ValueError, match="executor"):
         sharded_marginals([str(empty)], tokenizer, n=8, executor="spark")
     with pytest.raises(ValueError, match="listed twice"):
         sharded_marginals([str(empty), str(empty)], tokenizer, n=8, executor="serial")
+    with pytest.raises(ValueError, match="listed twice"):
+        sharded_marginals([Shard(str(empty), "text")] * 2, tokenizer, n=8, **serial)
     # the single-process counter's checks, before any shard is read (not a ShardError)
-    serial = dict(executor="serial", cache=False)
     with pytest.raises(ValueError, match="align must be"):
         sharded_marginals([str(empty)], tokenizer, n=8, align="middle", **serial)
     with pytest.raises(ValueError, match="special_tokens must be"):
