@@ -283,6 +283,20 @@ def test_nothing_to_run_and_numpy_configs(tmp_path):
     assert run_sweep(twice, [a], directory=tmp_path) == [{"value": 2}]
 
 
+def test_hashes_and_file_format_are_stable(tmp_path):
+    """The committed store (book/results/store) is keyed by these hashes and read in this format."""
+    import numpy as np
+
+    config = {"name": "a", "x": 1, "y": [0.5, None, True], "z": {"b": "s"}, "t": np.arange(3.0),
+              "i": np.int64(2)}
+    assert config_hash(config) == "8c0ffd4cb22ea48272f4ce80"
+    path = tmp_path / "a.json"
+    sweeps._save(path, "h", {"b": 1, "a": 2})
+    expected = '{\n "format": 1,\n "name": "a",\n "config_hash": "h",\n "result": {\n  "b": 1,\n  "a": 2\n }\n}'
+    assert path.read_text() == expected
+    assert sweeps._load(path, "h") == {"b": 1, "a": 2} and sweeps._load(path, "g") is None
+
+
 # --------------------------------------------------------------------------- one worker per GPU
 
 

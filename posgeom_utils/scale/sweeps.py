@@ -1,14 +1,6 @@
-"""Many independent training runs, serially or on a Dask cluster, resumable; the Dask
-clusters of this subpackage.
-
-Chapter: *Beyond one machine*. :func:`run_sweep` calls a run function for every
-configuration (a dict with a unique ``"name"``), here or on Dask workers, and returns
-the results in the order of the configurations. They are identical whichever executor
-ran them: every run seeds itself from its configuration, runs on one thread
-(:func:`single_threaded`) and its result goes through the same JSON round trip. With
-``directory`` each finished run is stored as ``<directory>/<name>.json`` with a hash
-of its configuration, so an interrupted sweep resumes and a changed configuration
-reruns."""
+"""Sweeps of independent training runs, serially or on Dask, resumable (one JSON file
+per finished run, keyed by a hash of its configuration); the Dask clusters of this
+subpackage. Chapter: *Beyond one machine*."""
 
 from __future__ import annotations
 
@@ -24,6 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..cache import atomic_write
 from ..checks import choice, fail, integer
 from ..settings import progress
@@ -31,14 +25,10 @@ from ..settings import progress
 #: the executors :func:`run_sweep` knows
 EXECUTORS = ("serial", "dask")
 #: where :func:`run_sweep` reads the executor, workers and scheduler it is not given
-ENVIRONMENT = {
-    name: f"POSGEOM_{name.upper()}" for name in ("executor", "workers", "scheduler")
-}
+ENVIRONMENT = {k: f"POSGEOM_{k.upper()}" for k in ("executor", "workers", "scheduler")}
 #: environment of every worker started here: one thread per worker process
-THREAD_ENV = dict.fromkeys(
-    ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"], "1"
-)
-THREAD_ENV.update(RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+THREAD_ENV = {f"{k}_NUM_THREADS": "1" for k in ("OMP", "MKL", "OPENBLAS", "RAYON")}
+THREAD_ENV["TOKENIZERS_PARALLELISM"] = "false"
 #: how long to wait for a remote scheduler
 CONNECT_TIMEOUT = "30s"
 #: what a run name may contain (it names the run's result file)
@@ -47,9 +37,7 @@ _FORMAT = 1  # of a finished run's file
 
 
 class SweepError(RuntimeError):
-    """A run of a sweep raised; ``name`` is the run. The runs that finished before it
-    are kept in the sweep's ``directory``, so a rerun resumes after them.
-    Chapter: *Beyond one machine*."""
+    """A run (``name``) of a sweep raised. Chapter: *Beyond one machine*."""
 
     def __init__(self, name: str, message: str) -> None:
         super().__init__(message)
@@ -64,41 +52,26 @@ def config_hash(config: dict[str, Any]) -> str:
 
 
 def _hashable(value: Any) -> Any:
-    import numpy as np
-
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):
         digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
-        return {
-            "ndarray": digest,
-            "shape": list(value.shape),
-            "dtype": str(value.dtype),
-        }
-    kind = type(value).__name__
+        return {"ndarray": digest, "shape": [*value.shape], "dtype": str(value.dtype)}
     raise TypeError(
-        f"a {kind} in a configuration cannot be hashed: keep it in a global the run "
-        "reads"
+        f"a {type(value).__name__} in a configuration cannot be hashed: keep it in a "
+        "global the run reads"
     )
-
-
-# ------------------------------------------------------------------------------ Dask clusters
 
 
 def worker_environments(
     workers: int | None = None, gpus: int | None = None
 ) -> list[dict]:
-    """The environment of each worker of :func:`start_local_cluster` (one entry per
-    worker).
-
-    With ``gpus`` (default: those torch sees) ``k >= 1``, worker ``i`` sees only GPU ``i
-    mod k`` (of an inherited ``CUDA_VISIBLE_DEVICES`` list, if any) and ``workers=None``
-    means one per GPU; without, one per CPU core. Every worker gets :data:`THREAD_ENV`.
-    Chapter: *Beyond one machine*."""
+    """Each worker's environment: :data:`THREAD_ENV`, and with ``k >= 1`` ``gpus``
+    (default: torch's) worker ``i`` sees GPU ``i mod k`` only; by default one worker per
+    GPU, else per CPU core. Chapter: *Beyond one machine*."""
     if workers is not None:
-        workers = integer(
-            workers, "workers", fix="pass e.g. workers=2, or None for one per core"
-        )
+        fix = "pass e.g. workers=2, or None for one per core"
+        workers = integer(workers, "workers", fix=fix)
     if gpus is None:
         import torch
 
@@ -114,41 +87,33 @@ def worker_environments(
 
 
 def _cpu_count() -> int:
-    return (
-        len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count() or 1
-    )
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def start_local_cluster(workers: int | None = None, runs: int | None = None) -> Any:
-    """A cluster of single-threaded worker processes, one per
-    :func:`worker_environments` entry (at most ``runs``), no dashboard; close it when
-    done. The workers start without ``distributed``'s ``MALLOC_TRIM_THRESHOLD_``, which
-    makes small-model training 1.4x slower. Chapter: *Beyond one machine*."""
+    """A cluster of single-threaded workers, one per :func:`worker_environments` entry
+    (at most ``runs``), without ``MALLOC_TRIM_THRESHOLD_`` (1.4x slower training); close
+    it when done. Chapter: *Beyond one machine*."""
     import dask
     from distributed import Nanny, Scheduler, SpecCluster
 
-    envs = worker_environments(workers)
-    envs = envs if runs is None else envs[: max(1, runs)]
-    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
+    envs = worker_environments(workers)[: None if runs is None else max(1, runs)]
+    key = "distributed.nanny.pre-spawn-environ"
+    environ = {**(dask.config.get(key, {}) or {}), **THREAD_ENV}
     environ.pop("MALLOC_TRIM_THRESHOLD_", None)
-    # an earlier cluster may have left distributed's value in os.environ: hide it while they start
+    # an earlier cluster may have left it in os.environ: hide it while these start
     inherited = os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
-    worker = {"nthreads": 1, "silence_logs": logging.WARN}
-    specs = {
-        f"worker-{k}": {"cls": Nanny, "options": {**worker, "env": e}}
-        for k, e in enumerate(envs)
-    }
+    options = {"nthreads": 1, "silence_logs": logging.WARNING}
+    specs = {}
+    for k, env in enumerate(envs):
+        specs[f"worker-{k}"] = {"cls": Nanny, "options": {**options, "env": env}}
     options = {"host": "127.0.0.1", "dashboard": False, "dashboard_address": ":0"}
     scheduler = {"cls": Scheduler, "options": options}
     try:
-        with dask.config.set(
-            {"distributed.nanny.pre-spawn-environ": {**environ, **THREAD_ENV}}
-        ):
-            return SpecCluster(
-                workers=specs, scheduler=scheduler, silence_logs=logging.WARN
-            )
+        with dask.config.set({key: environ}):
+            return SpecCluster(specs, scheduler, silence_logs=logging.WARNING)
     finally:
         if inherited is not None:
             os.environ["MALLOC_TRIM_THRESHOLD_"] = inherited
@@ -158,9 +123,8 @@ def start_local_cluster(workers: int | None = None, runs: int | None = None) -> 
 def dask_client(
     scheduler: Any = None, workers: int | None = None, runs: int | None = None
 ) -> Any:
-    """A ``distributed.Client`` of ``scheduler`` (a client, or an address such as
-    ``tcp://10.0.0.1:8786``), else of a new :func:`start_local_cluster`; what is opened
-    here is closed on exit. Chapter: *Beyond one machine*."""
+    """A ``distributed.Client`` of ``scheduler`` (a client or an address), else of a new
+    :func:`start_local_cluster`, closed on exit. Chapter: *Beyond one machine*."""
     from distributed import Client
 
     if isinstance(scheduler, Client):
@@ -169,11 +133,9 @@ def dask_client(
         try:
             client = Client(scheduler, timeout=CONNECT_TIMEOUT)
         except (OSError, TimeoutError) as exc:
-            message = (
-                f"cannot reach the Dask scheduler at scheduler={scheduler!r} ({exc})"
-            )
             raise ConnectionError(
-                message + ": start one, or pass scheduler=None"
+                f"cannot reach the Dask scheduler at scheduler={scheduler!r} ({exc}): "
+                "start one, or pass scheduler=None"
             ) from exc
         with client:
             yield client
@@ -181,8 +143,7 @@ def dask_client(
         with start_local_cluster(workers, runs) as cluster, Client(cluster) as client:
             try:
                 yield client
-            # a heartbeat racing the shutdown logs errors that mean nothing now
-            finally:
+            finally:  # a heartbeat racing the shutdown logs errors that mean nothing
                 with contextlib.suppress(Exception):
                     client.run(_quiet)
                 _quiet()
@@ -194,16 +155,8 @@ def dask_client(
 
 
 def _quiet() -> None:
-    for name in (
-        "distributed",
-        "distributed.worker",
-        "distributed.nanny",
-        "distributed.core",
-    ):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-
-
-# ------------------------------------------------------------------------------ sweeps
+    for name in ("", ".worker", ".nanny", ".core"):
+        logging.getLogger("distributed" + name).setLevel(logging.CRITICAL)
 
 
 def sweep_options(
@@ -211,32 +164,21 @@ def sweep_options(
     workers: int | None = None,
     scheduler: str | None = None,
 ) -> tuple[str, int | None, str | None]:
-    """The executor, workers and scheduler of a sweep: each one given, else its
-    environment variable (:data:`ENVIRONMENT`: ``POSGEOM_EXECUTOR`` serial or dask,
-    default serial; ``POSGEOM_WORKERS`` an integer; ``POSGEOM_SCHEDULER`` an address),
-    checked. Chapter: *Beyond one machine*."""
+    """The executor, workers and scheduler of a sweep, each given or else from
+    :data:`ENVIRONMENT`, checked. Chapter: *Beyond one machine*."""
     given = {"executor": executor, "workers": workers, "scheduler": scheduler}
     names = {k: k if v is not None else ENVIRONMENT[k] for k, v in given.items()}
-    values = {
-        k: v if v is not None else os.environ.get(names[k]) or None
-        for k, v in given.items()
-    }
+    env = {k: os.environ.get(name) or None for k, name in ENVIRONMENT.items()}
+    values = {k: env[k] if v is None else v for k, v in given.items()}
     executor = choice(values["executor"] or "serial", names["executor"], EXECUTORS)
     workers, scheduler = values["workers"], values["scheduler"]
-    if (
-        names["workers"] != "workers"
-        and workers is not None
-        and workers.strip().isdigit()
-    ):
-        workers = int(workers)  # from the environment
     if workers is not None:
-        workers = integer(
-            workers, names["workers"], fix=f"pass e.g. {names['workers']}=2"
-        )
-    address = "a Dask scheduler address such as 'tcp://127.0.0.1:8786'"
-    if scheduler is not None and (
-        not isinstance(scheduler, str) or not scheduler.strip()
-    ):
+        if names["workers"] != "workers" and workers.strip().isdigit():
+            workers = int(workers)  # from the environment
+        fix = f"pass e.g. {names['workers']}=2"
+        workers = integer(workers, names["workers"], fix=fix)
+    if scheduler is not None and not (isinstance(scheduler, str) and scheduler.strip()):
+        address = "a Dask scheduler address such as 'tcp://127.0.0.1:8786'"
         raise fail(names["scheduler"], address, scheduler)
     if scheduler is not None and executor != "dask":
         fix = "pass executor='dask' (or set POSGEOM_EXECUTOR=dask), or no scheduler"
@@ -254,19 +196,11 @@ def _checked_configs(configs: Any) -> list[dict[str, Any]]:
             raise TypeError(
                 f"configs[{k}] must be a dict with a 'name', got {type(config)}"
             )
-        if not isinstance(config.get("name"), str) or not _NAME.fullmatch(
-            config["name"]
-        ):
-            name, fix = (
-                f"configs[{k}]['name']",
-                "it names a file: e.g. 'precedes-rope-seed0'",
-            )
-            raise fail(
-                name,
-                "letters, digits and . _ = + - (not first)",
-                config.get("name"),
-                fix,
-            )
+        name = config.get("name")
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            expected = "letters, digits and . _ = + - (not first)"
+            fix = "it names a file: e.g. 'precedes-rope-seed0'"
+            raise fail(f"configs[{k}]['name']", expected, name, fix)
     names = [c["name"] for c in configs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -284,7 +218,6 @@ def _digest(config: dict[str, Any]) -> str:
 
 
 def _plain_result(name: str, result: Any) -> dict[str, Any]:
-    """``result`` after the JSON round trip every result goes through."""
     if not isinstance(result, dict):
         raise TypeError(
             f"run {name!r}: the run function must return a dict, not {type(result)}"
@@ -294,9 +227,8 @@ def _plain_result(name: str, result: Any) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise TypeError(
             f"run {name!r}: its result is not JSON-serialisable ({exc}): return plain "
-            "numbers, "
-            "strings, lists and dicts (e.g. float(x) for a NumPy or torch scalar, "
-            "x.tolist())"
+            "numbers, strings, lists and dicts (e.g. float(x) for a NumPy or torch "
+            "scalar, x.tolist())"
         ) from exc
 
 
@@ -313,21 +245,15 @@ def _load(path: Path, digest: str) -> dict[str, Any] | None:
 
 def _save(path: Path, digest: str, result: dict[str, Any]) -> None:
     # not key-sorted: the result keeps its key order (a chapter's table columns)
-    stored = {
-        "format": _FORMAT,
-        "name": path.stem,
-        "config_hash": digest,
-        "result": result,
-    }
-    text = json.dumps(stored, indent=1, allow_nan=True)
+    stored = {"format": _FORMAT, "name": path.stem, "config_hash": digest}
+    text = json.dumps({**stored, "result": result}, indent=1, allow_nan=True)
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 @contextlib.contextmanager
 def single_threaded() -> Iterator[None]:
-    """One torch thread and one BLAS/OpenMP thread inside the block (restored after):
-    every run of :func:`run_sweep` executes inside it, so that reductions round alike on
-    every executor. Chapter: *Beyond one machine*."""
+    """One torch and one BLAS/OpenMP thread inside the block, where every run executes:
+    reductions round alike on every executor. Chapter: *Beyond one machine*."""
     import torch
     from threadpoolctl import threadpool_limits
 
@@ -340,15 +266,13 @@ def single_threaded() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _call(fn: Callable[[dict], Any], config: dict) -> Any:
-    with single_threaded():
-        return fn(config)
-
-
-def _attempt(fn: Callable[[dict], Any], config: dict) -> Any:
-    try:
-        return _call(fn, copy.deepcopy(config))
-    except Exception as exc:  # the sweep names the run and re-raises
+def _call(fn: Callable[[dict], Any], config: dict, catch: bool = False) -> Any:
+    try:  # with catch (serial runs): a copy of config, and an exception is returned
+        with single_threaded():
+            return fn(copy.deepcopy(config) if catch else config)
+    except Exception as exc:
+        if not catch:
+            raise
         return exc
 
 
@@ -362,15 +286,10 @@ def run_sweep(
     directory: str | os.PathLike | None = None,
     desc: str = "sweep",
 ) -> list[dict[str, Any]]:
-    """``[fn(config) for config in configs]``, serially or on Dask, resumable.
-
-    ``fn`` trains one run from its configuration (a dict with a unique ``"name"``) and
-    returns a JSON-serialisable dict; it may live in a notebook. ``executor``
-    (``"serial"``: here, in order; ``"dask"``: on a local cluster of ``workers``
-    processes, or on the cluster at ``scheduler``), ``workers`` and ``scheduler``
-    default to the environment (:func:`sweep_options`). With ``directory`` finished runs
-    are stored and reused while their configuration is unchanged; a run that raises
-    stops the sweep with a :class:`SweepError`. Chapter: *Beyond one machine*."""
+    """``[fn(config) for config in configs]`` (each config a dict with a unique
+    ``"name"``, each result a JSON-serialisable dict), serially or on Dask
+    (:func:`sweep_options`). With ``directory`` finished runs are stored and reused
+    while their configuration is unchanged. Chapter: *Beyond one machine*."""
     executor, workers, scheduler = sweep_options(executor, workers, scheduler)
     if not callable(fn):
         raise TypeError(
@@ -387,12 +306,12 @@ def run_sweep(
         for k, outcome in outcomes:  # as the runs finish
             name = configs[k]["name"]
             if isinstance(outcome, BaseException):
-                done = sum(result is not None for result in results)
-                kept = f"; the {done} finished run(s) are kept in {folder}: rerun to resume"
                 message = f"run {name!r} (configs[{k}]) of sweep {desc!r} failed: "
-                message += f"{type(outcome).__name__}: {outcome}" + (
-                    kept if folder else ""
-                )
+                message += f"{type(outcome).__name__}: {outcome}"
+                if folder is not None:
+                    done = sum(result is not None for result in results)
+                    message += f"; the {done} finished run(s) are kept in {folder}: "
+                    message += "rerun to resume"
                 raise SweepError(name, message) from outcome
             results[k] = _plain_result(name, outcome)
             if folder is not None:
@@ -402,35 +321,25 @@ def run_sweep(
 
 
 @contextlib.contextmanager
-def _outcomes(
-    fn, configs, pending, executor, workers, scheduler
-) -> Iterator[Iterator[tuple]]:
-    """``(k, result or exception)`` of the pending runs as they finish; on Dask the runs
-    start in their order, the function (and the data it closes over) travels to each
-    worker once, and the runs not finished are cancelled on exit."""
+def _outcomes(fn, configs, pending, executor, workers, scheduler) -> Iterator:
+    """``(k, result or exception)`` of the pending runs as they finish."""
     if executor == "serial" or not pending:
-        yield ((k, _attempt(fn, configs[k])) for k in pending)
+        yield ((k, _call(fn, configs[k], catch=True)) for k in pending)
         return
     from distributed import as_completed
 
     with dask_client(scheduler, workers, len(pending)) as client:
-        remote, tag = (
-            client.scatter(fn, broadcast=True, hash=False),
-            uuid.uuid4().hex[:8],
-        )
+        fn = client.scatter(fn, broadcast=True, hash=False)  # to each worker once
+        tag = uuid.uuid4().hex[:8]
         futures = {}
-        for rank, k in enumerate(pending):  # the runs start in their order
+        for i, k in enumerate(pending):  # the runs start in their order
             key = f"sweep-{configs[k]['name']}-{tag}"
-            futures[
-                client.submit(
-                    _call, remote, configs[k], key=key, priority=-rank, pure=False
-                )
-            ] = k
+            f = client.submit(_call, fn, configs[k], key=key, priority=-i, pure=False)
+            futures[f] = k
         try:
-            done = as_completed(futures)
             yield (
                 (futures[f], f.exception() if f.status == "error" else f.result())
-                for f in done
+                for f in as_completed(futures)
             )
         finally:
             client.cancel(list(futures))
