@@ -519,6 +519,32 @@ def test_command_line_finetune(accelerator, tiny_dir, data, tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
 
 
+COMMON_FLAGS = (
+    "--model --dataset --split --data-dir --texts --sample --seed --batch-size"
+)
+COMMAND_FLAGS = {
+    "probe": "--positions --centre --no-special-tokens",
+    "finetune": "--eval-texts --eval-sample --steps --lr --weight-decay --optimizer "
+    "--eval-every --max-len --save-weights",
+}
+
+
+@pytest.mark.parametrize("command", COMMAND_FLAGS)
+def test_command_line_flags(command, capsys):
+    """Each command takes the flags README.md and the chapter document, and only its
+    own (the parser is built from a table)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    text = capsys.readouterr().out
+    assert exit_info.value.code == 0
+    for flag in f"{COMMON_FLAGS} --out {COMMAND_FLAGS[command]}".split():
+        assert f"{flag} " in text or f"{flag}\n" in text, flag
+    other = "finetune" if command == "probe" else "probe"
+    assert not any(flag in text for flag in COMMAND_FLAGS[other].split())
+    form = "one text a line" if command == "probe" else "'text<TAB>label' lines"
+    assert form in " ".join(text.split())
+
+
 # ------------------------------------------------------------------------ (d) bad input
 
 
