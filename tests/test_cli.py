@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from posgeom_utils.repro.cli import main
 from posgeom_utils.models import DEFAULT_MODEL
+from posgeom_utils.repro.cli import main
 
 WORDS = (
     "the a this that good bad film movie story actor plot was is very quite not really funny dull "
@@ -39,22 +39,8 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, s
 
 
 def stress_json(model: str, corpus: Path, capsys, *extra: str) -> dict:
-    code, out, err = run_cli(
-        [
-            "stress",
-            "--model",
-            model,
-            "--corpus",
-            str(corpus),
-            "--n",
-            "16",
-            "--min-count",
-            "5",
-            "--json",
-            *extra,
-        ],
-        capsys,
-    )
+    argv = ["stress", "--model", model, "--corpus", str(corpus), "--n", "16", "--min-count", "5", "--json"]
+    code, out, err = run_cli([*argv, *extra], capsys)
     assert code == 0, err
     return json.loads(out)
 
@@ -83,29 +69,10 @@ def test_packaged_model_json(text_file: Path, capsys):
 
 
 def test_text_table(text_file: Path, capsys):
-    code, out, _ = run_cli(
-        [
-            "stress",
-            "--model",
-            DEFAULT_MODEL,
-            "--corpus",
-            str(text_file),
-            "--n",
-            "12",
-            "--min-count",
-            "5",
-            "--policy",
-            "drop",
-        ],
-        capsys,
-    )
+    argv = ["--model", DEFAULT_MODEL, "--corpus", str(text_file), "--n", "12", "--min-count", "5", "--policy", "drop"]
+    code, out, _ = run_cli(["stress", *argv], capsys)
     assert code == 0
-    assert (
-        "raw stress" in out
-        and "learned (model)" in out
-        and "MDS optimum" in out
-        and "sinusoidal" in out
-    )
+    assert all(words in out for words in ("raw stress", "learned (model)", "MDS optimum", "sinusoidal"))
 
 
 def _save_tiny(kind: str, path: Path) -> Path:
@@ -113,13 +80,8 @@ def _save_tiny(kind: str, path: Path) -> Path:
 
     from posgeom_utils.models import load_tokenizer
 
-    common = dict(
-        vocab_size=30522,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        hidden_size=32,
-        intermediate_size=64,
-    )
+    common = dict(vocab_size=30522, num_hidden_layers=1, num_attention_heads=2, hidden_size=32,
+                  intermediate_size=64)
     if kind == "gpt2":
         config = tf.GPT2Config(vocab_size=30522, n_embd=32, n_layer=1, n_head=2, n_positions=64)
         model = tf.GPT2Model(config)
@@ -214,9 +176,6 @@ def test_stress_view_corpus_removes_the_moved_sep(tmp_path, capsys):
     path = tmp_path / "long.txt"
     rng = np.random.default_rng(2)
     path.write_text("".join(" ".join(rng.choice(WORDS, size=30)) + "\n" for _ in range(60)))
-    info = {
-        view: stress_json(DEFAULT_MODEL, path, capsys, "--n", "12", "--view", view)
-        for view in ("model", "corpus")
-    }
+    info = {view: stress_json(DEFAULT_MODEL, path, capsys, "--n", "12", "--view", view) for view in ("model", "corpus")}
     assert info["corpus"]["corpus"]["view"] == "corpus"
     assert info["model"]["corpus"]["violation_rate"] != info["corpus"]["corpus"]["violation_rate"]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_cli import run_cli  # tests/ is on sys.path under pytest (no __init__.py)
 
 from posgeom_utils.marginals import PositionalMarginals, positional_marginals
 from posgeom_utils.models import DEFAULT_MODEL
-from test_cli import run_cli  # tests/ is on sys.path under pytest (no __init__.py)
 
 WORDS = "the a good bad film movie story was is very not funny dull long and but".split()
 
@@ -28,33 +28,15 @@ def shard_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _texts(shard_dir: Path) -> list[str]:
-    return [
-        line.strip()
-        for p in sorted(shard_dir.glob("part-*.txt"))
-        for line in p.read_text().splitlines()
-        if line.strip()
-    ]
+    lines = [line.strip() for p in sorted(shard_dir.glob("part-*.txt")) for line in p.read_text().splitlines()]
+    return [line for line in lines if line]
 
 
 @pytest.mark.parametrize("where", [["--serial"], ["--workers", "2"]])
-def test_count_writes_counts_and_provenance(
-    shard_dir, tmp_path, tokenizer, capsys, where, fresh_cache
-):
+def test_count_writes_counts_and_provenance(shard_dir, tmp_path, tokenizer, capsys, where, fresh_cache):
     out = tmp_path / "counts.npz"
-    code, stdout, err = run_cli(
-        [
-            "count",
-            str(shard_dir / "part-*.txt"),
-            "--model",
-            DEFAULT_MODEL,
-            "--n",
-            "16",
-            "--out",
-            str(out),
-            *where,
-        ],
-        capsys,
-    )
+    argv = ["count", str(shard_dir / "part-*.txt"), "--model", DEFAULT_MODEL, "--n", "16", "--out", str(out)]
+    code, stdout, err = run_cli([*argv, *where], capsys)
     assert code == 0, err
     assert "counted 53 texts" in stdout and "3 shards" in stdout
     result = PositionalMarginals.load(out)
@@ -88,10 +70,7 @@ def test_failing_shard_writes_nothing(tmp_path, capsys):
         (["--n", "8", "--out", "c.npz"], "pass shard files"),
         (["SHARD", "--n", "0", "--out", "c.npz"], "--n must be an integer >= 1"),
         (["SHARD", "--n", "8", "--out", "c.txt"], "ending in .npz"),
-        (
-            ["SHARD", "--n", "8", "--out", "c.npz", "--workers", "0"],
-            "--workers must be an integer >= 1",
-        ),
+        (["SHARD", "--n", "8", "--out", "c.npz", "--workers", "0"], "--workers must be an integer >= 1"),
         (["missing-*.txt", "--n", "8", "--out", "c.npz"], "matches no file"),
         (["SHARD", "--n", "500", "--out", "c.npz", "--serial"], "longer than any sequence"),
     ],

@@ -139,7 +139,7 @@ def two_chapters(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, 
 
 
 def test_results_json_has_parameters_results_and_provenance(two_chapters):
-    source, out, summary = two_chapters
+    _, out, summary = two_chapters
     assert summary.ok and summary.ran == ["alpha", "beta"] and not summary.skipped
     assert set(summary.seconds) == {"alpha", "beta"}
     a = results(out, "alpha")

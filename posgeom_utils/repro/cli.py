@@ -1,9 +1,6 @@
-"""The ``posgeom`` command line: ``stress``, ``run`` and ``count``
-(:mod:`.count_command`).
-
-Chapter: *The optimal encoding: classical MDS on Hellinger geometry* and *Are nearby
-positions encoded nearby?* (``stress``), *Reproduction ledger* (``run``), *Beyond one
-machine* (``count``)."""
+"""The ``posgeom`` command line. Chapter: *The optimal encoding: classical MDS on
+Hellinger geometry* and *Are nearby positions encoded nearby?* (``stress``),
+*Reproduction ledger* (``run``), *Beyond one machine* (``count``)."""
 
 from __future__ import annotations
 
@@ -55,10 +52,9 @@ examples:
   posgeom run --profile default --executor dask --workers 2
 
 A chapter is skipped when its results.json has the same profile, requested parameters, package
-version and code hash (the chapter's code cells, the package code they import, the pinned environment;
-docstrings, comments and layout do not count) = the skip key.
-The git commit and where training ran (--executor, --workers, --scheduler: same results either way)
-are recorded, not part of the skip key. An interrupted training run resumes from its checkpoints/.
+version and code hash (its code cells, the package code they import, the pinned environment). The
+git commit and where training ran (--executor, --workers, --scheduler) are recorded, not compared.
+An interrupted training run resumes from its checkpoints/.
 Exit status: 0 when every chapter ran or was skipped, 1 when a chapter failed, 2 on bad usage.
 """
 
@@ -123,15 +119,15 @@ RUN_OPTIONS = (
 
 
 class UsageError(Exception):
-    """Bad input from the command line: one line on stderr, exit code 2.
-    Chapter: *Reproduction ledger*."""
+    """Bad command-line input: one line on stderr, exit code 2. Chapter: *Reproduction
+    ledger*."""
 
 
 @contextmanager
 def usage(
     prefix: str = "", suffix: str = "", errors: tuple = (ValueError,)
 ) -> Iterator:
-    """Re-raise ``errors`` as a :class:`UsageError` ``prefix + message + suffix``.
+    """Re-raise ``errors`` as :class:`UsageError` ``prefix + message + suffix``.
     Chapter: *Reproduction ledger*."""
     try:
         yield
@@ -140,9 +136,8 @@ def usage(
 
 
 def place_problem(path: Path, folder: bool = False) -> str | None:
-    """Why nothing can be written at ``path`` (a file, or with ``folder`` a folder), or
-    ``None``; missing folders are made. The one rule for ``stress --plot``, ``count
-    --out``, ``run --out`` and the cache folder. Chapter: *Reproduction ledger*."""
+    """Why nothing can be written at ``path`` (a file, or a ``folder``), or ``None``;
+    missing folders are made. Chapter: *Reproduction ledger*."""
     if folder and path.exists() and not path.is_dir():
         return "is a file: pass a folder"
     if not folder and path.is_dir():
@@ -158,8 +153,8 @@ def place_problem(path: Path, folder: bool = False) -> str | None:
 
 
 def output_place(option: str, value: Any, folder: bool = False) -> Path:
-    """``value`` as a path :func:`place_problem` accepts, or a :class:`UsageError`
-    naming ``option``. Chapter: *Reproduction ledger*."""
+    """``value`` as a path :func:`place_problem` accepts, else a :class:`UsageError`.
+    Chapter: *Reproduction ledger*."""
     path = Path(value).expanduser()
     if problem := place_problem(path, folder):
         raise UsageError(f"{option} {str(path)!r}: {problem}")
@@ -167,8 +162,7 @@ def output_place(option: str, value: Any, folder: bool = False) -> Path:
 
 
 def check_cache() -> None:
-    """The cache folder (``$POSGEOM_CACHE_DIR``) exists or can be made, and is writable.
-    Chapter: *Reproduction ledger*."""
+    """Make sure the cache folder is writable. Chapter: *Reproduction ledger*."""
     try:
         folder = cache_dir()
     except OSError as exc:
@@ -178,20 +172,22 @@ def check_cache() -> None:
     output_place(CACHE_ENV, folder, folder=True)
 
 
-def add_command(sub: Any, name: str, summary: str, epilog: str, func: Any) -> Any:
-    """Register sub-command ``name`` to run ``func``. Chapter: *Reproduction ledger*."""
-    text, raw = textwrap.fill(summary, 100), argparse.RawDescriptionHelpFormatter
-    p = sub.add_parser(
-        name, help=summary, description=text, epilog=epilog, formatter_class=raw
-    )
-    p.set_defaults(func=func)
-    return p
-
-
 def add_options(p: Any, options: tuple) -> None:
     """Add ``(flag, help, keywords)`` rows. Chapter: *Reproduction ledger*."""
     for flag, text, keywords in options:
         p.add_argument(flag, help=text, **keywords)
+
+
+def add_command(sub: Any, name: str, about: str, epilog: str, func: Any, options=()):
+    """Register sub-command ``name`` to run ``func``. Chapter: *Reproduction ledger*."""
+    raw = argparse.RawDescriptionHelpFormatter
+    description = textwrap.fill(about, 100)
+    p = sub.add_parser(
+        name, help=about, description=description, epilog=epilog, formatter_class=raw
+    )
+    p.set_defaults(func=func)
+    add_options(p, options)
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -201,9 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     epilog = "posgeom COMMAND --help: its options"
     parser = argparse.ArgumentParser(prog=PROG, epilog=epilog)
     sub = parser.add_subparsers(dest="command", title="commands", required=True)
-    stress = add_command(sub, "stress", STRESS_SUMMARY, STRESS_EPILOG, _stress)
-    add_options(stress, STRESS_OPTIONS)
-    add_options(add_command(sub, "run", RUN_SUMMARY, RUN_EPILOG, _run), RUN_OPTIONS)
+    add_command(sub, "stress", STRESS_SUMMARY, STRESS_EPILOG, _stress, STRESS_OPTIONS)
+    add_command(sub, "run", RUN_SUMMARY, RUN_EPILOG, _run, RUN_OPTIONS)
     add_count_parser(sub)
     return parser
 
@@ -291,11 +286,8 @@ def _model_encoding(name: str, config: Any, n: int) -> tuple[str, str, Any]:
     else:
         return mech.label, "learned absolute table", table
     pe = getattr(config, "position_embedding_type", "absolute")
-    return (
-        "none",
-        f"no absolute encoding ({pe}, model_type={config.model_type!r})",
-        None,
-    )
+    what = f"no absolute encoding ({pe}, model_type={config.model_type!r})"
+    return "none", what, None
 
 
 def _row(name: str, kind: str, P: np.ndarray, D: np.ndarray) -> dict:
@@ -432,8 +424,8 @@ def _quiet() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``posgeom``: exit code 0, 1 when a chapter of ``run`` failed, 2 on bad usage
-    (one line on stderr); ``--help`` exits 0. Chapter: *Reproduction ledger*."""
+    """Run ``posgeom``: exit code 0, 1 when a chapter of ``run`` failed, 2 on bad usage.
+    Chapter: *Reproduction ledger*."""
     args = build_parser().parse_args(argv)
     with _quiet():
         try:

@@ -1,10 +1,6 @@
 """``posgeom count``: the positional counts of a sharded corpus, on Dask or in one
-process.
-
-Chapter: *Beyond one machine*. The counts go atomically to ``--out`` (an ``.npz`` that
-:meth:`posgeom_utils.marginals.PositionalMarginals.load` reads), the provenance beside
-it to ``<out>.json`` (shards and their fingerprints, tokenizer, options, executor,
-throughput, versions)."""
+process, written atomically to ``--out`` (``PositionalMarginals.load`` reads it) with
+their provenance in ``<out>.json``. Chapter: *Beyond one machine*."""
 
 from __future__ import annotations
 
@@ -16,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import fail, integer
-from .cli import TOKEN_OPTIONS, UsageError, add_command, add_options, check_cache, usage
-from .cli import output_place
+from . import cli
 
 EPILOG = """\
 examples:
@@ -41,19 +36,11 @@ OPTIONS = (
     ("--hub", "a Hugging Face dataset or builder (json)", {"metavar": "DATASET"}),
     ("--hub-config", "the dataset's configuration", {"metavar": "NAME"}),
     ("--split", "the dataset split with --hub (default train)", {"default": "train"}),
-    (
-        "--data-files",
-        "data files for a --hub builder",
-        {"nargs": "+", "metavar": "FILE"},
-    ),
+    ("--data-files", "files for a --hub builder", {"nargs": "+", "metavar": "FILE"}),
     ("--text-field", "default: text", {"default": "text", "metavar": "NAME"}),
-    (
-        "--model",
-        "whose tokenizer to count",
-        {"required": True, "metavar": "ID_OR_PATH"},
-    ),
+    ("--model", "whose tokenizer to use", {"required": True, "metavar": "ID_OR_PATH"}),
     ("--n", "number of positions to count", {"type": int, "required": True}),
-    *TOKEN_OPTIONS,
+    *cli.TOKEN_OPTIONS,
     ("--align", "count from", {"choices": ("start", "end"), "default": "start"}),
 )
 WHERE = (
@@ -63,11 +50,7 @@ WHERE = (
 )
 AFTER = (
     ("--batch-size", "texts per tokenizer batch", {"type": int, "default": 2048}),
-    (
-        "--split-every",
-        "partial counts summed per tree node",
-        {"type": int, "default": 8},
-    ),
+    ("--split-every", "partial counts per tree node", {"type": int, "default": 8}),
     ("--out", "where to write the counts", {"required": True, "metavar": "FILE.npz"}),
     ("--no-cache", "count again, even if cached", {"action": "store_true"}),
 )
@@ -76,10 +59,9 @@ AFTER = (
 def add_count_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``posgeom count``. Chapter: *Beyond one machine*."""
     summary = "count tokens per position over a sharded corpus (Dask or one process)"
-    p = add_command(sub, "count", summary, EPILOG, run_count)
-    add_options(p, OPTIONS)
-    add_options(p.add_mutually_exclusive_group(), WHERE)
-    add_options(p, AFTER)
+    p = cli.add_command(sub, "count", summary, EPILOG, run_count, OPTIONS)
+    cli.add_options(p.add_mutually_exclusive_group(), WHERE)
+    cli.add_options(p, AFTER)
     return p
 
 
@@ -110,18 +92,17 @@ def _shards(args: argparse.Namespace) -> list:
     from ..scale.counting import file_shards, hub_shards
 
     if bool(args.shards) == bool(args.hub):
-        raise UsageError(
+        raise cli.UsageError(
             "pass shard files (SHARD ...) or --hub DATASET, not both and not neither"
         )
-    with usage():
+    with cli.usage():
         integer(args.n, "--n", fix="the number of positions, e.g. --n 512")
         integer(args.workers, "--workers", fix="pass e.g. --workers 2")
         if Path(args.out).expanduser().suffix != ".npz":
-            raise fail(
-                "--out", "a file name ending in .npz", args.out, "a NumPy archive"
-            )
+            what = "a file name ending in .npz"
+            raise fail("--out", what, args.out, "a NumPy archive")
     where = "--hub: " if args.hub else "SHARD: "
-    with usage(where, "", (ValueError, FileNotFoundError)):
+    with cli.usage(where, "", (ValueError, FileNotFoundError)):
         if args.hub:
             hub = (args.hub, args.hub_config, args.split, args.text_field)
             return hub_shards(*hub, args.data_files)
@@ -134,10 +115,10 @@ def run_count(args: argparse.Namespace) -> int:
     from ..models import load_tokenizer
     from ..scale.counting import ShardError, sharded_marginals
 
-    shards, out = _shards(args), output_place("--out", args.out)
+    shards, out = _shards(args), cli.output_place("--out", args.out)
     if not args.no_cache:
-        check_cache()
-    with usage(f"--model {args.model!r}: ", "", (OSError, ValueError)):
+        cli.check_cache()
+    with cli.usage(f"--model {args.model!r}: ", "", (OSError, ValueError)):
         tokenizer = load_tokenizer(args.model)
     executor = "serial" if args.serial else "dask"
     names = ("align", "workers", "scheduler", "view", "batch_size", "split_every")
@@ -145,8 +126,9 @@ def run_count(args: argparse.Namespace) -> int:
     options |= {"special_tokens": args.policy, "executor": executor}
     options["cache"] = not args.no_cache
     start = time.perf_counter()
-    shard_error = usage("SHARD: ", " (nothing was written)", (ShardError,))
-    with usage(errors=(ValueError, FileNotFoundError, ConnectionError)), shard_error:
+    shard_error = cli.usage("SHARD: ", " (nothing was written)", (ShardError,))
+    failure = cli.usage(errors=(ValueError, FileNotFoundError, ConnectionError))
+    with failure, shard_error:
         result = sharded_marginals(shards, tokenizer, args.n, **options)
     seconds = time.perf_counter() - start
     provenance = _provenance(args, result, seconds, executor)
@@ -157,7 +139,7 @@ def run_count(args: argparse.Namespace) -> int:
         f"{len(shards)} shards, {seconds:.1f} s ({how}); n={result.n}, V={result.V}",
         flush=True,
     )
-    with usage(f"--out {str(out)!r}: cannot write the counts (", ")", (OSError,)):
+    with cli.usage(f"--out {str(out)!r}: cannot write the counts (", ")", (OSError,)):
         result.save(out)
         write_json(out.with_suffix(".json"), provenance)
     print(f"wrote {out} and {out.with_suffix('.json')}", flush=True)

@@ -1,21 +1,21 @@
-"""Named parameter sets for the chapters: ``smoke`` (seconds: tests and class),
-``default`` (a chapter in minutes on a laptop), ``reference`` (what the book shows:
-each notebook's own ``parameters`` cell, memoised), ``paper`` (GPU, the paper's model;
-``posgeom run --model ...`` replaces it). The other profiles override some values of the
-``parameters`` cell through papermill.
-
-Chapter: *Reproduction ledger*."""
+"""Named parameter sets, overriding values of the chapters' ``parameters`` cells:
+``smoke`` (seconds), ``default`` (minutes on a laptop), ``reference`` (the cells as they
+are: what the book shows), ``paper`` (a GPU, the paper's model). Chapter: *Reproduction
+ledger*."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..checks import choice
+
 #: the paper's model (needs the Hugging Face hub or a local copy)
 BERT = "bert-base-uncased"
 #: parameters that size a run; ``posgeom run --cap`` bounds each (``None`` becomes it)
 SIZE_PARAMETERS = tuple(
-    "sample_size task_size train_steps finetune_steps synthetic_sequences "
-    "planted_sequences num_sequences other_sample_size width_steps".split()
+    "sample_size task_size train_steps finetune_steps "  # noqa: SIM905
+    "synthetic_sequences planted_sequences num_sequences other_sample_size "
+    "width_steps".split()
 )
 
 # a table, one chapter per line
@@ -99,11 +99,8 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def chapter_parameters(chapter: str, profile: str = "default") -> dict[str, Any]:
-    """The papermill parameters of ``chapter`` under ``profile`` (always including
-    ``profile``). Chapter: *Reproduction ledger*."""
-    if profile not in PROFILES:
-        raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
-    chapters = PROFILES[profile]
-    if chapter not in chapters:
-        raise ValueError(f"chapter must be one of {sorted(chapters)}, got {chapter!r}")
-    return {"profile": profile, **chapters[chapter]}
+    """The papermill parameters of ``chapter`` under ``profile``, ``profile`` included.
+    Chapter: *Reproduction ledger*."""
+    choice(profile, "profile", sorted(PROFILES))
+    choice(chapter, "chapter", sorted(PROFILES[profile]))
+    return {"profile": profile, **PROFILES[profile][chapter]}

@@ -1,10 +1,10 @@
-"""The committed reference results that the book shows, their provenance, the one reader
-of a ``results.json`` and the one verdict rule of an interval.
+"""The committed reference results that the book shows: their reader, their provenance
+and the verdict rule of an interval.
 
-Chapter: *Reproduction ledger*. Every chapter runs at the ``reference`` profile when the
-book is built, its expensive steps read from the store of memoised runs
+Chapter: *Reproduction ledger*. The book runs every chapter at the ``reference``
+profile, its expensive steps read from the store of memoised runs
 (:mod:`posgeom_utils.repro.store`); ``posgeom run --profile reference`` writes the same
-numbers, with their provenance, to ``book/results/reference/<chapter>/results.json``."""
+numbers to ``book/results/reference/<chapter>/results.json``."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ RESULTS_ROOT = REPO_ROOT / "book" / "results"
 
 
 def read_run(folder: str | Path | None, chapter: str) -> dict[str, Any] | None:
-    """The ``results.json`` of ``chapter`` under ``folder`` (None when absent, unreadable
+    """The ``results.json`` of ``chapter`` under ``folder`` (None if absent, unreadable
     or without ``results``). Chapter: *Reproduction ledger*."""
     payload = read_json(Path(folder) / chapter / "results.json") if folder else None
     return payload if isinstance((payload or {}).get("results"), dict) else None
@@ -34,23 +34,22 @@ def committed(
 
 
 def interval_verdict(low: float | None, high: float | None, null: float) -> str:
-    """``"above 0.5"``, ``"below 0.5"`` or ``"not distinguishable from 0.5"``: where
-    ``[low, high]`` lies relative to ``null`` by :func:`posgeom_utils.mlm.verdict`;
-    ``"no interval"`` when there is none. Chapter: *Reproduction ledger*."""
+    """``"above 0.5"``, ``"below 0.5"``, ``"not distinguishable from 0.5"`` (by
+    :func:`posgeom_utils.mlm.verdict`) or ``"no interval"``: where ``[low, high]`` lies
+    relative to ``null``. Chapter: *Reproduction ledger*."""
     from ..mlm import verdict
 
     if low is None or high is None:
         return "no interval"
     side = verdict(low, high, null)
-    return (
-        f"{side} from {null:g}" if side == "not distinguishable" else f"{side} {null:g}"
-    )
+    joiner = " from" if side == "not distinguishable" else ""
+    return f"{side}{joiner} {null:g}"
 
 
 def provenance_line(chapter: str, root: Path = RESULTS_ROOT) -> str:
-    """One sentence on the committed reference results of ``chapter``: commit (clean or
-    dirty tree), date, device, wall time, and whether the chapter's current code
-    computed them. Chapter: *Reproduction ledger*."""
+    """One sentence on the committed reference results of ``chapter``: commit, date,
+    device, wall time, whether the current code computed them. Chapter: *Reproduction
+    ledger*."""
     from .runner import stale_results
 
     payload = committed(chapter, "reference", root)
@@ -72,8 +71,8 @@ def provenance_line(chapter: str, root: Path = RESULTS_ROOT) -> str:
 
 
 def glue_provenance(chapter: str) -> None:
-    """Glue :func:`provenance_line` of ``chapter`` as ``provenance``, for the page only
-    (not into the results it describes). Chapter: *Reproduction ledger*."""
+    """Glue :func:`provenance_line` of ``chapter`` as ``provenance``, for the page only.
+    Chapter: *Reproduction ledger*."""
     from myst_nb import glue
 
     glue("provenance", provenance_line(chapter), display=False)

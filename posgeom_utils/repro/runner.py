@@ -2,13 +2,10 @@
 results with provenance.
 
 Chapter: *Reproduction ledger*. Each chapter gets ``<out>/<chapter>/``: the executed
-notebook, ``results.json`` (``chapter``, ``parameters``, every glued number as
-``results``, ``provenance``), ``failed.json`` after a failure (removed by a success) and
-``checkpoints/`` (resumable training, kept between attempts of one run). A chapter
-whose results have the same :data:`SKIP_KEYS` is skipped; the git commit and where the
-training ran (``executor``, ``workers``, ``scheduler``, passed to the chapters as
-``POSGEOM_EXECUTOR`` etc.) are recorded, not compared: every executor gives the same
-results."""
+notebook, ``results.json`` (parameters, glued results, provenance), ``failed.json``
+after a failure and resumable ``checkpoints/``. A chapter whose results have the same
+:data:`SKIP_KEYS` is skipped; the git commit and where training ran are recorded, not
+compared."""
 
 from __future__ import annotations
 
@@ -40,8 +37,8 @@ from .sources import REPO_ROOT, code_hash, parse_code
 
 #: library versions recorded in the provenance (a missing one is recorded as null)
 LIBRARIES = tuple(
-    "numpy scipy torch transformers tokenizers datasets scikit-learn papermill "
-    "myst-nb".split()
+    "numpy scipy torch transformers tokenizers datasets scikit-learn "  # noqa: SIM905
+    "papermill myst-nb".split()
 )
 #: provenance that must match to skip a chapter, or to resume from its checkpoints
 SKIP_KEYS = ("profile", "requested_parameters", "package_version", "code_hash")
@@ -53,8 +50,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 class RunError(ValueError):
-    """A bad request to :func:`run_chapters` (nothing has run yet); ``argument`` names
-    the CLI option. Chapter: *Reproduction ledger*."""
+    """A bad request to :func:`run_chapters`; ``argument`` names the CLI option.
+    Chapter: *Reproduction ledger*."""
 
     def __init__(self, argument: str, message: str) -> None:
         super().__init__(message)
@@ -63,8 +60,8 @@ class RunError(ValueError):
 
 @dataclass
 class RunSummary:
-    """What :func:`run_chapters` did: chapters ran, skipped (results current) and
-    failed, with wall times. Chapter: *Reproduction ledger*."""
+    """The chapters :func:`run_chapters` ran, skipped and failed, with wall times.
+    Chapter: *Reproduction ledger*."""
 
     out: Path
     profile: str
@@ -114,7 +111,7 @@ def requested_parameters(
     model: str | None = None,
 ) -> dict[str, Any]:
     """The parameters injected into ``chapter``: the profile's, ``device`` and ``model``
-    (as ``model_name``) where declared, and every size parameter bounded by ``cap``.
+    (as ``model_name``) where declared, each size parameter bounded by ``cap``.
     Chapter: *Reproduction ledger*."""
     known = chapter in PROFILES[profile]
     params = chapter_parameters(chapter, profile) if known else {"profile": profile}
@@ -191,16 +188,14 @@ def _device(device: str | None, profile: str, cap: int | None) -> str:
         raise RunError("--device", f"{device!r} is {where}: {fix}")
     if uncapped_paper and where == "cpu":
         fix = f"pass {cap_it} to run a capped version on CPU, or --device cuda"
-        raise RunError(
-            "--profile paper", f"the paper profile is sized for a GPU: {fix}"
-        )
+        message = f"the paper profile is sized for a GPU: {fix}"
+        raise RunError("--profile paper", message)
     return where
 
 
 def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the checkout holding the package; ``(None, None)`` outside
-    git. Results under ``book/results`` are outputs, not code: they leave the tree
-    clean. Chapter: *Reproduction ledger*."""
+    """(commit, dirty) of the package's checkout, ``(None, None)`` outside git; results
+    under ``book/results`` leave the tree clean. Chapter: *Reproduction ledger*."""
 
     def git(*args: str) -> str | None:
         command = ["git", "-C", str(REPO_ROOT), *args]
@@ -219,8 +214,8 @@ def git_state() -> tuple[str | None, bool | None]:
 
 
 def library_versions(*extra: str) -> dict[str, str | None]:
-    """Python and the versions of :data:`LIBRARIES` and ``extra`` (``None`` when not
-    installed). Chapter: *Reproduction ledger*."""
+    """Python's version and those of :data:`LIBRARIES` and ``extra`` (``None``: absent).
+    Chapter: *Reproduction ledger*."""
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for name in (*LIBRARIES, *extra):
         try:
@@ -243,15 +238,6 @@ def _cpu() -> str:
     simd = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
     name = names[0] if names else platform.processor() or platform.machine()
     return f"{name}, {os.cpu_count()} cores, {simd}"
-
-
-def _common(where: str, cap: int | None, execution: dict[str, Any]) -> dict[str, Any]:
-    """The provenance every chapter of one run shares."""
-    commit, dirty = git_state()
-    common = {"commit": commit, "dirty": dirty, "device_name": where, "cap": cap}
-    common |= {"execution": execution, "libraries": library_versions()}
-    common |= {"hostname": socket.gethostname(), "platform": platform.platform()}
-    return common | {"cpu": _cpu()}
 
 
 @dataclass
@@ -299,19 +285,17 @@ def run_chapters(
     workers: int | None = None,
     scheduler: str | None = None,
 ) -> RunSummary:
-    """Execute ``chapters`` (default: all in ``source_dir``) under ``profile`` into
-    ``out`` (default ``runs/<profile>-<date>/``), writing each one's ``results.json``
-    with provenance; chapters whose results are current are skipped unless ``force``,
-    and a failing chapter does not stop the others. Bad requests raise :class:`RunError`
-    before anything runs. Chapter: *Reproduction ledger*."""
+    """Execute ``chapters`` (default: all) under ``profile`` into ``out`` (default
+    ``runs/<profile>-<date>/``), skipping current ones unless ``force``; a failing
+    chapter does not stop the others, a bad request raises :class:`RunError` before
+    anything runs. Chapter: *Reproduction ledger*."""
     from .cli import place_problem
 
     _check_request(profile, cap, executor, workers, scheduler)
     source_dir, chapters = _chapters(source_dir, chapters)
     where = _device(device, profile, cap)
-    if out is None:
-        out = Path.cwd() / "runs" / f"{profile}-{date.today().isoformat()}"
-    out = Path(out)
+    default = Path.cwd() / "runs" / f"{profile}-{date.today().isoformat()}"
+    out = Path(default if out is None else out)
     if problem := place_problem(out, folder=True):
         raise RunError("--out", f"{out}: {problem}")
     import papermill  # noqa: F401 - fail before any chapter when papermill is missing
@@ -320,10 +304,9 @@ def run_chapters(
     plans = [_plan(chapter, source_dir, out, profile, options) for chapter in chapters]
     execution = dict(zip(EXECUTION_ENV, (executor, workers, scheduler)))
     execution = {k: v for k, v in execution.items() if v is not None}
-    common = _common(where, cap, execution)
+    common = _machine(where, cap, execution)
     summary = RunSummary(out=out, profile=profile)
-    settings = {"cap": cap, **execution}
-    extra = "".join(f", {k} {v}" for k, v in settings.items() if v is not None)
+    extra = "".join(f", {k} {v}" for k, v in {"cap": cap, **execution}.items() if v)
     head = f"posgeom run: profile {profile}, {len(plans)} chapter(s), device {where}"
     log(f"{head}{extra} -> {out}")
     for k, plan in enumerate(plans, 1):
@@ -333,35 +316,35 @@ def run_chapters(
             summary.skipped.append(plan.chapter)
             summary.seconds[plan.chapter] = 0.0
             log(f"{prefix} skipped (current)")
-        else:
-            log(f"{prefix} {_run_logged(plan, force, common, summary, log)}")
+            continue
+        try:
+            ok, seconds, message = _run_one(plan, force, common)
+        except KeyboardInterrupt:
+            stop = f"{plan.chapter}: interrupted ({plan.folder}/interrupted.json)"
+            log(f"{stop}; rerun the same command to resume")
+            raise
+        summary.seconds[plan.chapter] = seconds
+        (summary.ran if ok else summary.failed).append(plan.chapter)
+        done = "ran in" if ok else "FAILED after"
+        why = "" if ok else f": {message} (see {plan.folder}/failed.json)"
+        log(f"{prefix} {done} {seconds:.1f} s{why}")
     log(f"posgeom run: {summary}")
     return summary
 
 
-def _run_logged(
-    plan: _Plan, force: bool, common: dict[str, Any], summary: RunSummary, log: Callable
-) -> str:
-    """Run one chapter into ``summary``; what the log says about it."""
-    try:
-        ok, seconds, message = _run_one(plan, force, common)
-    except KeyboardInterrupt:
-        where = plan.folder / "interrupted.json"
-        log(f"{plan.chapter}: interrupted ({where}); rerun the same command to resume")
-        raise
-    summary.seconds[plan.chapter] = seconds
-    (summary.ran if ok else summary.failed).append(plan.chapter)
-    if ok:
-        return f"ran in {seconds:.1f} s"
-    return f"FAILED after {seconds:.1f} s: {message} (see {plan.folder}/failed.json)"
+def _machine(where: str, cap: int | None, execution: dict) -> dict:
+    """The provenance every chapter of one ``posgeom run`` shares."""
+    commit, dirty = git_state()
+    common = {"commit": commit, "dirty": dirty, "device_name": where, "cap": cap}
+    common |= {"execution": execution, "libraries": library_versions(), "cpu": _cpu()}
+    return common | {"hostname": socket.gethostname(), "platform": platform.platform()}
 
 
 def stale_results(
     results_dir: Path, source_dir: Path | None = None, chapter: str = "*"
 ) -> dict[str, str]:
-    """``{chapter: why}`` for each ``<results_dir>/<chapter>/results.json`` (``chapter``:
-    one, or ``"*"`` for all) whose code hash is not the current chapter's, or whose
-    chapter is gone. Chapter: *Reproduction ledger*."""
+    """``{chapter: why}``: results in ``results_dir`` (of ``chapter``, ``"*"``: all) not
+    computed by the current code. Chapter: *Reproduction ledger*."""
     source_dir = _source_dir(source_dir)
     stale: dict[str, str] = {}
     for path in sorted(Path(results_dir).glob(f"{chapter}/results.json")):
@@ -380,13 +363,13 @@ def stale_results(
 def _prepare_checkpoints(plan: _Plan, force: bool) -> Path:
     """The checkpoint folder, kept for another attempt of this very run."""
     folder = plan.folder / "checkpoints"
-    current = {k: plan.identity[k] for k in SKIP_KEYS}
     owner = read_json(folder / "run.json") or {}
-    if folder.exists() and (force or {k: owner.get(k) for k in SKIP_KEYS} != current):
+    current = {k: owner.get(k) for k in SKIP_KEYS} == plan.identity
+    if folder.exists() and (force or not current):
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "run.json").exists():
-        write_json(folder / "run.json", current)
+        write_json(folder / "run.json", plan.identity)
     return folder
 
 
@@ -434,18 +417,16 @@ def _execute(
 def _run_one(
     plan: _Plan, force: bool, common: dict[str, Any]
 ) -> tuple[bool, float, str]:
-    """Execute one chapter and write its ``results.json`` (or ``failed.json``, or
-    ``interrupted.json``); returns (succeeded, wall seconds, the error in one line)."""
-    plan.folder.mkdir(parents=True, exist_ok=True)
-    partial, failed = plan.folder / "results.partial.json", plan.folder / "failed.json"
+    """Run one chapter, write ``results.json`` (``failed.json``, ``interrupted.json``);
+    (succeeded, wall seconds, the error in one line)."""
+    folder, execution = plan.folder, common["execution"]
+    folder.mkdir(parents=True, exist_ok=True)
+    partial, failed = folder / "results.partial.json", folder / "failed.json"
     partial.unlink(missing_ok=True)
     started, t0 = _now(), time.perf_counter()
-    attempt = {"chapter": plan.chapter, "started": started}
-    attempt |= {
-        "requested_parameters": plan.parameters,
-        "execution": common["execution"],
-    }
-    attempt["notebook"] = str(plan.folder / f"{plan.chapter}.ipynb")
+    attempt = {"chapter": plan.chapter, "started": started, "execution": execution}
+    attempt["requested_parameters"] = plan.parameters
+    attempt["notebook"] = str(folder / f"{plan.chapter}.ipynb")
     try:
         payload = _execute(plan, force, common, partial)
         seconds = time.perf_counter() - t0
@@ -453,14 +434,14 @@ def _run_one(
         provenance["wall_seconds"] = round(seconds, 3)
         results = {k: payload.get(k, {}) for k in ("parameters", "results")}
         record = {"chapter": plan.chapter, "provenance": provenance, **results}
-        write_json(plan.folder / "results.json", record)
+        write_json(folder / "results.json", record)
         failed.unlink(missing_ok=True)
-        (plan.folder / "interrupted.json").unlink(missing_ok=True)
+        (folder / "interrupted.json").unlink(missing_ok=True)
         return True, seconds, ""
     except KeyboardInterrupt:  # recorded; the checkpoints stay for the rerun
         attempt["wall_seconds"] = round(time.perf_counter() - t0, 3)
         resume = "rerun the same command: training resumes from checkpoints/"
-        write_json(plan.folder / "interrupted.json", attempt | {"resume": resume})
+        write_json(folder / "interrupted.json", attempt | {"resume": resume})
         raise
     except Exception as exc:  # noqa: BLE001 - recorded; the other chapters still run
         attempt["wall_seconds"] = round(time.perf_counter() - t0, 3)
