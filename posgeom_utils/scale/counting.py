@@ -362,10 +362,10 @@ def sharded_marginals(
 def _as_shards(shards: Any) -> list[Shard]:
     plain = isinstance(shards, (str, os.PathLike))
     if plain or not all(isinstance(s, Shard) for s in shards):
-        shards = file_shards(shards)
-    if not (shards := _once(list(shards))):
+        return file_shards(shards)  # each listed once
+    if not shards:
         raise ValueError("shards is empty: pass at least one shard (file or dataset)")
-    return shards
+    return _once(list(shards))
 
 
 def _count_for_bag(shard: Shard, tokenizer: Any, options: dict) -> PositionalMarginals:
