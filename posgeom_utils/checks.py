@@ -18,14 +18,33 @@ def fail(name: str, expected: str, value: Any, fix: str = "") -> ValueError:
     )
 
 
+def require(ok: Any, name: str, expected: str, value: Any, fix: str = "") -> None:
+    """Raise :func:`fail` unless ``ok``. Chapter: *Positions in real text*."""
+    if not ok:
+        raise fail(name, expected, value, fix)
+
+
+def same_shape(a: Any, b: Any, names: str) -> None:
+    """Raise unless ``a`` and ``b`` (``names``, e.g. ``"E and D"``) share one shape.
+    Chapter: *Positions in real text*."""
+    if np.shape(a) != np.shape(b):
+        raise ValueError(
+            f"{names} must have the same shape, got {np.shape(a)} and {np.shape(b)}"
+        )
+
+
 def integer(
     value: Any,
     name: str,
     minimum: int | None = 1,
     maximum: int | None = None,
     fix: str = "",
-) -> int:
-    """``value`` as an int in [minimum, maximum]. Chapter: *Positions in real text*."""
+    optional: bool = False,
+) -> int | None:
+    """``value`` as an int in [minimum, maximum] (None kept where ``optional``).
+    Chapter: *Positions in real text*."""
+    if optional and value is None:
+        return None
     ok = isinstance(value, (int, np.integer)) and not isinstance(
         value, (bool, np.bool_)
     )
@@ -77,6 +96,12 @@ def number(
     return float(value)
 
 
+def fraction(value: Any, name: str, fix: str = "") -> float:
+    """``value`` as a float strictly between 0 and 1 (a level, a share).
+    Chapter: *Positions in real text*."""
+    return number(value, name, 0, 1, low_open=True, high_open=True, fix=fix)
+
+
 def choice(value: Any, name: str, choices: Iterable[Any], fix: str = "") -> Any:
     """``value`` if it is one of ``choices``. Chapter: *Positions in real text*."""
     choices = tuple(choices)
@@ -120,8 +145,7 @@ def probability_rows(mu: Any, name: str = "mu", atol: float = 1e-8) -> None:
     if bad.size:
         raise ValueError(
             f"{name} row {bad[0]} sums to {sums[bad[0]]:.6g}, not 1: normalise the "
-            "rows "
-            "(PositionalMarginals.mu() does) before computing distances"
+            "rows (PositionalMarginals.mu() does) before computing distances"
         )
 
 

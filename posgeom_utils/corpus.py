@@ -48,15 +48,8 @@ class Corpus:
         return len(self.texts)
 
     def _subset(self, idx: np.ndarray, **meta) -> "Corpus":
-        texts = [self.texts[i] for i in idx]
-        return Corpus(
-            self.name,
-            self.split,
-            texts,
-            self.labels[idx],
-            self.source,
-            {**self.meta, **meta},
-        )
+        texts, meta = [self.texts[i] for i in idx], {**self.meta, **meta}
+        return Corpus(self.name, self.split, texts, self.labels[idx], self.source, meta)
 
     def sample(self, size: int | None, seed: int = 0) -> "Corpus":
         """``size`` seeded random texts, in order. Chapter: *Positions in real text*."""
@@ -175,14 +168,12 @@ def _from_hub(
     return texts, np.asarray(ds["label"], dtype=np.int64)
 
 
-def _missing_message(dataset: str, why: str) -> str:
-    return (
+def _no_data(dataset: str, why: str) -> FileNotFoundError:
+    return FileNotFoundError(
         f"No data for dataset {dataset!r}: no data_dir was given, ${DATA_ENV} is not "
-        "set, and "
-        f"{why}. Fix: pass data_dir='/path/to/data' or `export "
-        f"{DATA_ENV}=/path/to/data`, where "
-        f"the folder holds {', '.join(LOCAL_FILES[dataset].values())} (laid out like "
-        "shared/data); "
+        f"set, and {why}. Fix: pass data_dir='/path/to/data' or `export "
+        f"{DATA_ENV}=/path/to/data`, where the folder holds "
+        f"{', '.join(LOCAL_FILES[dataset].values())} (laid out like shared/data); "
         f"or go online so that `datasets` can download {HUB_IDS[dataset][0]!r}."
     )
 
@@ -196,12 +187,8 @@ def load_corpus(
     """Load ``sst2`` or ``imdb`` as a :class:`Corpus` (``strip_html``: IMDB's ``<br />``
     become spaces). Chapter: *Positions in real text*."""
     checks.choice(dataset, "dataset", sorted(LOCAL_FILES))
-    checks.choice(
-        split,
-        "split",
-        sorted(LOCAL_FILES[dataset]),
-        f"the splits of dataset {dataset!r}",
-    )
+    splits = sorted(LOCAL_FILES[dataset])
+    checks.choice(split, "split", splits, f"the splits of dataset {dataset!r}")
     source_dir = data_dir if data_dir is not None else os.environ.get(DATA_ENV)
     if source_dir:
         root = Path(source_dir).expanduser()
@@ -210,26 +197,21 @@ def load_corpus(
             origin = "data_dir" if data_dir is not None else f"${DATA_ENV}"
             raise FileNotFoundError(
                 f"{origin}={str(root)!r} has no {LOCAL_FILES[dataset][split]!r}. "
-                f"Point {origin} at "
-                "a folder laid out like shared/data: sst2/train.tsv, sst2/dev.tsv, "
-                "sst2/test.tsv, "
-                "imdb/train.jsonl.gz, imdb/test.jsonl.gz (see shared/data/README.md)."
+                f"Point {origin} at a folder laid out like shared/data: sst2/train.tsv, "
+                "sst2/dev.tsv, sst2/test.tsv, imdb/train.jsonl.gz, imdb/test.jsonl.gz "
+                "(see shared/data/README.md)."
             )
         texts, labels = (
             _read_sst2(path) if dataset == "sst2" else _read_imdb(path, strip_html)
         )
         source = str(path)
     elif hub_offline():
-        raise FileNotFoundError(
-            _missing_message(dataset, "the hub is disabled (offline)")
-        )
+        raise _no_data(dataset, "the hub is disabled (offline)")
     else:
         try:
             texts, labels = _from_hub(dataset, split, strip_html)
         except Exception as exc:  # network errors come in many types
-            raise FileNotFoundError(
-                _missing_message(dataset, f"download failed: {exc}")
-            ) from exc
+            raise _no_data(dataset, f"download failed: {exc}") from exc
         source = "hf-hub:" + HUB_IDS[dataset][0]
     if not texts:
         raise ValueError(
@@ -291,8 +273,8 @@ def synthetic_mu(
     """The true distributions of a synthetic corpus (``SYNTHETIC_KINDS``).
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     checks.choice(kind, "kind", SYNTHETIC_KINDS)
-    if n < 1 or V < 2:
-        raise ValueError(f"need n >= 1 and V >= 2, got n={n}, V={V}")
+    checks.integer(n, "n")
+    checks.integer(V, "V", 2, fix="a distribution needs 2 tokens")
     rng = np.random.default_rng(seed)
     t = np.linspace(0.0, 1.0, n)[:, None]
     base = rng.normal(size=(1, V))
@@ -300,11 +282,8 @@ def synthetic_mu(
         return np.repeat(_softmax(base), n, axis=0)
     if kind == "drift":
         modes = rng.normal(size=(4, V))
-        return _softmax(
-            base
-            + strength
-            * sum(np.cos(np.pi * (k + 1) * t) * modes[k] / (k + 1) for k in range(4))
-        )
+        wave = sum(np.cos(np.pi * (k + 1) * t) * modes[k] / (k + 1) for k in range(4))
+        return _softmax(base + strength * wave)
     if kind == "shift":
         angle = 2 * np.pi * (np.arange(V)[None, :] / V - np.arange(n)[:, None] / n)
         return _softmax(strength * np.cos(angle))
@@ -336,10 +315,9 @@ def synthetic_corpus(
     checks.integer(num_sequences, "num_sequences")
     mu = synthetic_mu(kind, n, V, seed=seed, rank=rank, strength=strength)
     ids = draw_positions(mu, np.random.default_rng(seed + 1).random((num_sequences, n)))
-    params = dict(
-        kind=kind, n=n, V=V, num_sequences=num_sequences, seed=seed, rank=rank
-    )
-    return SyntheticCorpus(kind, ids, mu, {**params, "strength": strength})
+    params = dict(kind=kind, n=n, V=V, num_sequences=num_sequences, seed=seed)
+    params.update(rank=rank, strength=strength)
+    return SyntheticCorpus(kind, ids, mu, params)
 
 
 def draw_positions(mu: np.ndarray, u: np.ndarray) -> np.ndarray:

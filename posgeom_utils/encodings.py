@@ -19,9 +19,7 @@ def frequencies(d: int, base: float = 10000.0) -> np.ndarray:
     d = checks.integer(d, "d")
     base = checks.number(base, "base", 0, low_open=True, fix="the usual base is 10000")
     if d % 2:
-        raise ValueError(
-            f"d must be even (sin/cos pairs, or RoPE rotation planes), got d={d}"
-        )
+        raise checks.fail("d", "even", d, "sin/cos pairs and RoPE planes take d = 2k")
     return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
 
 
@@ -65,17 +63,10 @@ def alibi(n: int, slope: float | np.ndarray = 1.0) -> np.ndarray:
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     n = checks.integer(n, "n")
     slopes = np.atleast_1d(np.asarray(slope, dtype=np.float64))
-    if (
-        slopes.ndim != 1
-        or not slopes.size
-        or not np.all(np.isfinite(slopes) & (slopes > 0))
-    ):
-        raise checks.fail(
-            "slope",
-            "a positive number or a 1-D array of them",
-            slope,
-            "pass e.g. slope=alibi_slopes(n_heads)",
-        )
+    ok = slopes.ndim == 1 and slopes.size and np.all(np.isfinite(slopes) & (slopes > 0))
+    if not ok:
+        what = "a positive number or a 1-D array of them"
+        raise checks.fail("slope", what, slope, "pass e.g. slope=alibi_slopes(n_heads)")
     # the computation
     return np.arange(n, dtype=np.float64)[:, None] * slopes[None, :]
 
@@ -85,18 +76,12 @@ def mds_encoding(D: np.ndarray, d: int, r: int | None = None) -> np.ndarray:
     width d. Chapter: *How many numbers does a positional encoding need?*."""
     D = checks.distance_matrix(D)
     d = checks.integer(d, "d")
+    fix = f"a rank is at most the width d={d} and n={D.shape[0]}"
+    r = None if r is None else checks.integer(r, "r", 1, min(d, D.shape[0]), fix=fix)
     # the computation
     # one eigendecomposition; every rank is a slice of it
     result = classical_mds(D, D.shape[0])
-    k = (
-        min(result.effective_rank or 1, d, D.shape[0])
-        if r is None
-        else checks.integer(r, "r")
-    )
-    if k > d:
-        raise ValueError(f"r={k} exceeds the width d={d}")
-    if k > D.shape[0]:
-        raise ValueError(f"r must be an integer in [1, n={D.shape[0]}], got {k}")
+    k = min(result.effective_rank or 1, d, D.shape[0]) if r is None else r
     P = result.P[:, :k]
     return np.hstack([P, np.zeros((P.shape[0], d - k))])
 
@@ -130,27 +115,19 @@ def saving_configurations(
     arithmetic). Chapter: *How many numbers does a positional encoding need?*."""
     import pandas as pd
 
-    lo, hi = (
-        Fraction(str(x)) if not isinstance(x, Fraction) else x for x in (low, high)
-    )
+    lo, hi = (x if isinstance(x, Fraction) else Fraction(str(x)) for x in (low, high))
     if not lo < hi:
-        raise ValueError(f"need low < high, got {low!r} and {high!r}")
+        raise checks.fail("high", f"greater than low={low!r}", high, "swap them")
     n = np.unique(np.asarray(list(n_values), dtype=np.int64))
     d = np.unique(np.asarray(list(d_values), dtype=np.int64))
     ranks = sorted({int(r) for r in ranks})
-    if (
-        n.size == 0
-        or d.size == 0
-        or not ranks
-        or n.min() < 1
-        or d.min() < 1
-        or ranks[0] < 1
-    ):
+    if not (n.size and d.size and ranks) or min(n.min(), d.min(), ranks[0]) < 1:
         raise ValueError(
-            "n_values, d_values and ranks must be non-empty positive integers"
+            "n_values, d_values and ranks must be non-empty positive integers, got "
+            f"{n.tolist()}, {d.tolist()}, {ranks}: drop the values below 1"
         )
     if n.max() * d.max() * max(lo.denominator, hi.denominator) > 2**62 // 4:
-        raise ValueError("grid too large for exact int64 arithmetic")
+        raise ValueError("grid too large for exact int64 arithmetic: use smaller n, d")
     N, Dm = (a.ravel() for a in np.meshgrid(n, d, indexing="ij"))
     nd = N * Dm
     rows = []
@@ -190,13 +167,9 @@ def _torch_module():
 
         def __init__(self, n: int, d: int, r: int, init_std: float = 0.02):
             super().__init__()
-            n, d, r = (
-                checks.integer(n, "n"),
-                checks.integer(d, "d"),
-                checks.integer(r, "r"),
-            )
-            if r > min(n, d):
-                raise ValueError(f"r={r} must be at most min(n, d) = {min(n, d)}")
+            n, d = checks.integer(n, "n"), checks.integer(d, "d")
+            fix = f"a rank is at most min(n, d) = {min(n, d)}"
+            r = checks.integer(r, "r", 1, min(n, d), fix=fix)
             self.n, self.d, self.r = n, d, r
             self.A = nn.Parameter(torch.randn(n, r) * init_std)
             self.B = nn.Parameter(torch.linalg.qr(torch.randn(d, r))[0])
@@ -261,21 +234,15 @@ def standard_encodings(
     n = D.shape[0]
     d, n_heads = checks.integer(d, "d"), checks.integer(n_heads, "n_heads")
     if d % n_heads:
-        raise ValueError(
-            f"d={d} must be divisible by n_heads={n_heads}: pick another n_heads"
-        )
+        raise checks.fail("d", f"divisible by n_heads={n_heads}", d, "change n_heads")
     # the computation
     d_head = d // n_heads
     mds = classical_mds(D, n)  # one eigendecomposition; every rank is a slice of it
     out = {"MDS, full rank": mds.P[:, : max(mds.effective_rank, 1)]}
     out.update({f"MDS, r = {r}": mds.P[:, :r] for r in ranks if r < n})
-    out.update(
-        {
-            f"SMACOF, r = {r}": smacof(D, r, init=mds.P[:, :r])
-            for r in smacof_ranks
-            if r < n
-        }
-    )
+    for r in smacof_ranks:
+        if r < n:
+            out[f"SMACOF, r = {r}"] = smacof(D, r, init=mds.P[:, :r])
     out[f"sinusoidal, d = {d}"] = sinusoidal(n, d, base)
     out[f"RoPE, one head (d_head = {d_head})"] = rope(n, d_head, 1, base)
     out[f"RoPE, {n_heads} heads pooled"] = rope(n, d_head, n_heads, base)

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .cache import atomic_write, read_or_discard
-from .checks import fail, integer
+from .checks import integer, require
 from .corpus import check_texts
 from .models import (
     learned_position_embeddings,
@@ -56,11 +56,8 @@ class PretrainedClassifier(nn.Module):
     ):
         super().__init__()
         hidden = getattr(getattr(encoder, "config", None), "hidden_size", None)
-        if hidden is None:
-            name = type(encoder).__name__
-            raise ValueError(
-                f"encoder {name} has no config.hidden_size: pass a transformers model"
-            )
+        name, ok = type(encoder).__name__, hidden is not None
+        require(ok, "encoder", "a transformers model (config.hidden_size)", name)
         self.num_classes, self.seed = integer(num_classes, "num_classes", 2), int(seed)
         self.encoder, self.head = encoder, nn.Linear(int(hidden), self.num_classes)
         self.pad_token_id = (
@@ -103,10 +100,8 @@ class PretrainedClassifier(nn.Module):
     ) -> torch.Tensor:
         """Logits (batch x num_classes) for token ids (batch x length).
         Chapter: *Do distinct positions get distinct vectors?*."""
-        if input_ids.dim() != 2:
-            raise ValueError(
-                f"input_ids must be (batch, length), got shape {tuple(input_ids.shape)}"
-            )
+        shape = tuple(input_ids.shape)
+        require(input_ids.dim() == 2, "input_ids", "(batch, length)", shape)
         if attention_mask is None:
             attention_mask = self.attention_mask_for(input_ids)
         with self._dropout_masks(input_ids.device):
@@ -123,10 +118,8 @@ def encode_texts(
     """Token ids and attention mask (int64, n x max_len): special tokens kept,
     truncated, right-padded. Chapter: *Do distinct positions get distinct vectors?*."""
     texts, max_len = check_texts(texts), integer(max_len, "max_len", 2)
-    if getattr(tokenizer, "pad_token_id", None) is None:
-        raise ValueError(
-            "the tokenizer has no pad token: set tokenizer.pad_token first"
-        )
+    pad, fix = getattr(tokenizer, "pad_token_id", None), "set tokenizer.pad_token first"
+    require(pad is not None, "tokenizer.pad_token_id", "a token id", pad, fix)
     options = dict(
         truncation=True, max_length=max_len, padding="max_length", return_tensors="pt"
     )
@@ -136,18 +129,12 @@ def encode_texts(
 
 def _labels(y: Any, n: int, num_classes: int, name: str) -> torch.Tensor:
     t = torch.as_tensor(np.asarray(y))
-    if t.dim() != 1 or len(t) != n:
-        raise ValueError(
-            f"{name} must hold one label per text ({n}), got shape {tuple(t.shape)}"
-        )
-    if t.is_floating_point() and not torch.equal(t, t.round()):
-        raise ValueError(f"{name} must hold integer class labels")
-    if t.min() < 0 or t.max() >= num_classes:
-        span = f"{int(t.min())}..{int(t.max())}"
-        raise ValueError(
-            f"{name} must lie in 0..{num_classes - 1} (num_classes={num_classes}), "
-            f"got {span}"
-        )
+    shape = tuple(t.shape)
+    require(t.dim() == 1 and len(t) == n, name, f"one label per text ({n})", shape)
+    integral = not t.is_floating_point() or torch.equal(t, t.round())
+    require(integral, name, "integer class labels", t.dtype)
+    span, labels = f"{int(t.min())}..{int(t.max())}", f"0..{num_classes - 1} labels"
+    require(t.min() >= 0 and t.max() < num_classes, name, labels, span)
     return t.long()
 
 
@@ -190,28 +177,22 @@ def prepare_finetune(
         config = replace(config, eval_every=integer(record_every, "record_every"))
     config = config if device is None else replace(config, device=device)
     select_device(config.device)
-    texts_train, texts_eval = (
-        check_texts(texts_train, "texts_train"),
-        check_texts(texts_eval, "texts_eval"),
-    )
-    max_len, num_classes = (
-        integer(max_len, "max_len", 2),
-        integer(num_classes, "num_classes", 2),
-    )
+    texts_train = check_texts(texts_train, "texts_train")
+    texts_eval = check_texts(texts_eval, "texts_eval")
+    max_len = integer(max_len, "max_len", 2)
+    num_classes = integer(num_classes, "num_classes", 2)
     y_train = _labels(y_train, len(texts_train), num_classes, "y_train")
     y_eval = _labels(y_eval, len(texts_eval), num_classes, "y_eval")
-    tokenizer, encoder = (
-        load_tokenizer(model_name),
-        load_model(model_name, device="cpu"),
-    )
+    tokenizer = load_tokenizer(model_name)
+    encoder = load_model(model_name, device="cpu")
     seed_everything(config.seed)  # the head's initial weights
     model = PretrainedClassifier(
         encoder, num_classes, tokenizer.pad_token_id, config.seed
     )
     # ValueError now without learned absolute positions
     rows = model.position_table().shape[0]
-    if max_len > rows:
-        raise fail("max_len", f"at most the model's {rows} learned positions", max_len)
+    within = f"at most the model's {rows} learned positions"
+    require(max_len <= rows, "max_len", within, max_len)
     n_record = max_len if n_record is None else integer(n_record, "n_record", 1, rows)
     X_train, X_eval = (
         encode_texts(t, tokenizer, max_len)[0] for t in (texts_train, texts_eval)
@@ -244,9 +225,8 @@ def _load_records(path: Path | None, shape: tuple[int, int]) -> dict[int, np.nda
     if tables.shape[1:] != shape:
         raise ValueError(
             f"{path} holds position tables of shape {tables.shape[1:]}, this run "
-            f"records {shape} "
-            "(n_record or the model differ): use another checkpoint_dir or the same "
-            "settings"
+            f"records {shape} (n_record or the model differ): use another "
+            "checkpoint_dir or the same settings"
         )
     return {int(s): t for s, t in zip(steps, tables)}
 

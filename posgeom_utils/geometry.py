@@ -75,10 +75,7 @@ def paired_distances(
     """(e, t) entries of E and D (n x n) over pairs i < j (``upper``) or all (``full``).
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     E, D = checks.distance_matrix(E, "E"), checks.distance_matrix(D, "D")
-    if E.shape != D.shape:
-        raise ValueError(
-            f"E and D must have the same shape (n, n), got {E.shape} and {D.shape}"
-        )
+    checks.same_shape(E, D, "E and D")
     if checks.choice(triangle, "triangle", ("upper", "full")) == "full":
         return E.ravel(), D.ravel()
     iu = np.triu_indices(D.shape[0], 1)
@@ -153,10 +150,8 @@ def stress(P: np.ndarray, D: np.ndarray, scale: str = "raw") -> float:
     best scale. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     D = checks.distance_matrix(D)
     P = np.asarray(P)
-    if P.ndim != 2 or P.shape[0] != D.shape[0]:
-        raise ValueError(
-            f"P must have one row per position of D ({len(D)}), got shape {P.shape}"
-        )
+    ok = P.ndim == 2 and P.shape[0] == D.shape[0]
+    checks.require(ok, "P", f"(n, d), one row per position of D ({len(D)})", P.shape)
     return stress_of_distances(
         pairwise_distances(P), D, checks.choice(scale, "scale", ("raw", "fitted"))
     )
@@ -285,14 +280,8 @@ def stress_by_rank(D: np.ndarray, ranks: list[int]) -> "pd.DataFrame":
     rows = []
     for r in ranks:
         relation = "<" if r < rank else ("=" if r == rank else ">")
-        rows.append(
-            (
-                int(r),
-                relation,
-                stress(classical_mds(D, r).P, D),
-                stress(smacof(D, r), D),
-            )
-        )
+        classical, metric = stress(classical_mds(D, r).P, D), stress(smacof(D, r), D)
+        rows.append((int(r), relation, classical, metric))
     columns = ["r", "r vs rank B", "classical MDS", "SMACOF"]
     return pd.DataFrame(rows, columns=columns).set_index("r")
 
@@ -357,11 +346,7 @@ def _triplet_score(
 
 def _pair_counts(D: np.ndarray, eps: float) -> tuple[float, int]:
     """Violations (ties one half) and comparisons over every pair of pairs (n <= 64)."""
-    n = D.shape[0]
-    if n > 64:
-        raise ValueError(
-            f"exact 'pairs' is limited to n <= 64, got n={n}: pass sample=..."
-        )
+    n = checks.integer(len(D), "n", None, 64, fix="exact 'pairs' or pass sample=...")
     i, j = np.triu_indices(n, 1)
     o, e = j - i, D[i, j]
     closer = o[:, None] < o[None, :]
@@ -403,16 +388,12 @@ def monotonicity_violation_rate(
     farther position is closer in ``X``; ties count one half. Chapter: *Are nearby
     positions encoded nearby?*."""
     checks.choice(kind, "kind", ("triplets", "pairs"))
-    if sample is not None:
-        sample = checks.integer(sample, "sample")
+    sample = checks.integer(sample, "sample", optional=True)
     tie_tol = checks.number(tie_tol, "tie_tol", 0)
     # the computation
     D = _as_distances(X, input_kind)
     eps = tie_tol * float(np.max(D, initial=0.0))
-    if D.shape[0] < 3:
-        raise ValueError(
-            f"need at least 3 positions to compare distances, got n={D.shape[0]}"
-        )
+    checks.integer(D.shape[0], "n", 3, fix="pass at least 3 positions to compare")
     if sample is None:
         lags = np.abs(np.subtract.outer(np.arange(len(D)), np.arange(len(D))))
         triplets = kind == "triplets"
@@ -493,26 +474,17 @@ def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> "pd.DataFra
         rank = int(np.linalg.matrix_rank(centred, tol=1e-9 * max(1.0, np.abs(P).max())))
         e, t = tie_robust(E[iu]), tie_robust(D[iu])
         rho = spearmanr(e, t).statistic if np.ptp(E[iu]) > 0 else np.nan
-        raw, fitted = (
-            stress_of_distances(E, D, "raw"),
-            stress_of_distances(E, D, "fitted"),
-        )
+        raw = stress_of_distances(E, D, "raw")
+        fitted = stress_of_distances(E, D, "fitted")
         rows.append((name, rank, raw, fitted, best_scale(E, D), float(rho)))
-    columns = [
-        "encoding",
-        "rank",
-        "raw stress",
-        "fitted stress",
-        "best scale",
-        "Spearman rho",
-    ]
+    columns = ["encoding", "rank", "raw stress", "fitted stress", "best scale"]
+    columns.append("Spearman rho")
     return pd.DataFrame(rows, columns=columns).set_index("encoding")
 
 
 def _position_gram(P: np.ndarray) -> np.ndarray:
     P = checks.finite_array(P, "P")
-    if P.shape[0] < 3:
-        raise ValueError(f"P must have n >= 3 positions, got shape {P.shape}")
+    checks.require(len(P) >= 3, "P", "an (n, d) table of n >= 3 positions", P.shape)
     return P @ P.T
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .checks import integer, number, probability_rows
+from .checks import integer, number, probability_rows, require
 
 
 @dataclass(frozen=True)
@@ -40,11 +40,9 @@ def linearised_table_flow(
     mu = np.asarray(mu, dtype=np.float64)
     probability_rows(mu, "mu")
     J, z0 = np.asarray(J, dtype=np.float64), np.asarray(z0, dtype=np.float64)
-    if J.shape[0] != mu.shape[1] or z0.shape != (mu.shape[1],):
-        raise ValueError(
-            f"J must be V x d and z0 of length V = {mu.shape[1]} (the columns of mu), "
-            f"got J {J.shape} and z0 {z0.shape}"
-        )
+    ok = J.shape[0] == mu.shape[1] and z0.shape == (mu.shape[1],)
+    shapes = f"V x d and z0 of length V = {mu.shape[1]} (the columns of mu)"
+    require(ok, "J", shapes, (J.shape, z0.shape))
     lr, steps = number(lr, "lr", 0, low_open=True), integer(steps, "steps")
     keep = np.unique(np.geomspace(1, steps, integer(records, "records", 2)).astype(int))
     floor = -np.sum(mu * np.log(np.where(mu > 0, mu, 1.0)), axis=1).mean()

@@ -105,8 +105,7 @@ class PositionalMarginals:
         """Entropy of each mu_i (default: bits). Chapter: *Positions in real text*."""
         fix = "pass 2 (bits) or math.e (nats)"
         base = checks.number(base, "base", 0, low_open=True, fix=fix)
-        if base == 1:
-            raise checks.fail("base", "a finite number > 0 and != 1", base, fix)
+        checks.require(base != 1, "base", "a finite number > 0 and != 1", base, fix)
         # the computation
         c = self.counts
         rows = np.repeat(np.arange(self.n), np.diff(c.indptr))
@@ -358,21 +357,11 @@ def counting_params(
 ) -> dict:
     """What a count depends on besides the texts (cache key, merge check): ``n``, ``V``,
     the policies, the tokenizer's content hash. Chapter: *Positions in real text*."""
-    params = dict(
-        n=checks.integer(n, "n"),
-        V=len(tokenizer),
-        special_tokens=special_tokens,
-        align=align,
-    )
-    params.update(
-        view=view,
-        tokenizer=getattr(tokenizer, "name_or_path", type(tokenizer).__name__),
-    )
-    return {
-        **params,
-        "tokenizer_sha": _tokenizer_fingerprint(tokenizer),
-        "version": CACHE_VERSION,
-    }
+    n, V = checks.integer(n, "n"), len(tokenizer)
+    name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
+    params = dict(n=n, V=V, special_tokens=special_tokens, align=align, view=view)
+    params.update(tokenizer=name, tokenizer_sha=_tokenizer_fingerprint(tokenizer))
+    return {**params, "version": CACHE_VERSION}
 
 
 def count_batches(
@@ -426,8 +415,7 @@ def positional_marginals(
     (cached on disk). Chapter: *Positions in real text*."""
     n, _, _ = _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view)
     checks.integer(batch_size, "batch_size")
-    if min_count is not None:
-        checks.integer(min_count, "min_count")
+    checks.integer(min_count, "min_count", optional=True)
     corpus_key = dict(texts.key) if isinstance(texts, Corpus) else {}
     texts = check_texts(texts)
     # the content, whatever the name
@@ -475,18 +463,10 @@ class TextCounts:
         n = min(checks.integer(n, "n"), self.n)
         keep = self.keys < n * self.V
         incidence = sp.csr_array(self.incidence[:, np.flatnonzero(keep)])
-        model_lengths, params = (
-            np.minimum(self.model_lengths, n),
-            {**self.params, "n": n},
-        )
+        keys, lengths = self.keys[keep], np.minimum(self.model_lengths, n)
+        params = {**self.params, "n": n}
         return TextCounts(
-            incidence,
-            self.keys[keep],
-            model_lengths,
-            self.full_lengths,
-            n,
-            self.V,
-            params,
+            incidence, keys, lengths, self.full_lengths, n, self.V, params
         )
 
     def marginals(self, weights: np.ndarray | None = None) -> PositionalMarginals:
@@ -494,12 +474,10 @@ class TextCounts:
         default all ones: the corpus itself). Chapter: *Positions in real text*."""
         N = self.num_texts
         weights = np.ones(N, dtype=np.int64) if weights is None else np.asarray(weights)
-        if weights.shape != (N,) or not np.issubdtype(weights.dtype, np.integer):
-            raise ValueError(
-                f"weights must be {N} integers, got {weights.shape}, {weights.dtype}"
-            )
-        if weights.min(initial=0) < 0:
-            raise ValueError("weights must be >= 0 (how often each text is drawn)")
+        ok = weights.shape == (N,) and np.issubdtype(weights.dtype, np.integer)
+        checks.require(ok, "weights", f"{N} integers", (weights.shape, weights.dtype))
+        low = weights.min(initial=0)
+        checks.require(low >= 0, "weights", ">= 0 (how often each text is drawn)", low)
         weights = weights.astype(np.int64)
         totals = self.incidence.T @ weights  # (K,) count of each pair
         keep = totals > 0
@@ -561,10 +539,8 @@ def _incidence(flat, text_ids, model_lengths, full_lengths, n, V, params) -> Tex
 def _check_ids(ids: Any, V: int) -> np.ndarray:
     """``ids`` as a non-empty 2-D array of integers in [0, V)."""
     ids = np.asarray(ids)
-    if ids.ndim != 2 or ids.size == 0:
-        raise ValueError(
-            f"ids must be a non-empty 2-D array (texts x positions), got {ids.shape}"
-        )
+    ok = ids.ndim == 2 and ids.size > 0
+    checks.require(ok, "ids", "a non-empty 2-D array (texts x positions)", ids.shape)
     if not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0 or ids.max() >= V:
         raise ValueError(f"ids must be integers in [0, V={V})")
     return ids

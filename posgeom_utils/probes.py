@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .checks import choice, integer
+from .checks import choice, integer, require
 from .corpus import Corpus, check_texts
 from .models import config_int, select_device
 from .settings import progress
@@ -101,11 +101,8 @@ def layer_sums(
             hidden = getattr(
                 model(**enc, output_hidden_states=True), "hidden_states", None
             )
-            if hidden is None:
-                name = type(model).__name__
-                raise ValueError(
-                    f"model {name} returned no hidden_states: pass an AutoModel encoder"
-                )
+            kind, ok = type(model).__name__, hidden is not None
+            require(ok, "model", "an AutoModel encoder (returning hidden_states)", kind)
             mask = enc["attention_mask"]  # (B, T): padding weighs 0
             T, weights = mask.shape[1], mask.to(hidden[0].dtype)
             if sums is None:

@@ -36,11 +36,8 @@ def split_half_hellinger(mu_a, mu_b, weight_a: float = 0.5) -> SplitHalfHellinge
     ``mu_b``. Chapter: *Positions in real text*."""
     checks.probability_rows(mu_a, "mu_a")
     checks.probability_rows(mu_b, "mu_b")
-    if mu_a.shape != mu_b.shape:
-        raise ValueError(
-            f"mu_a and mu_b must have the same shape, got {mu_a.shape}, {mu_b.shape}"
-        )
-    weight_a = checks.number(weight_a, "weight_a", 0, 1, low_open=True, high_open=True)
+    checks.same_shape(mu_a, mu_b, "mu_a and mu_b")
+    weight_a = checks.fraction(weight_a, "weight_a")
     # the computation
     a, b = _sqrt_rows(mu_a), _sqrt_rows(mu_b)
     cross = 1.0 - _dense(a @ b.T)  # ||a_i - b_j||^2 / 2, rows of unit norm
@@ -64,9 +61,7 @@ def _reached(m: PositionalMarginals) -> PositionalMarginals:
 
 def split_texts(num_texts: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """0/1 weights of two seeded halves. Chapter: *Positions in real text*."""
-    num_texts = checks.integer(
-        num_texts, "num_texts", 2, fix="need at least 2 texts to split"
-    )
+    num_texts = checks.integer(num_texts, "num_texts", 2, fix="split at least 2 texts")
     order = np.random.default_rng(seed).permutation(num_texts)
     a = np.zeros(num_texts, dtype=np.int64)
     a[order[: num_texts // 2]] = 1
@@ -118,7 +113,7 @@ def _replicates(values: np.ndarray, level: float) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     if values.shape[0] < 2 or not np.all(np.isfinite(values)):
         raise ValueError("values must hold at least 2 finite bootstrap replicates")
-    checks.number(level, "level", 0, 1, low_open=True, high_open=True)
+    checks.fraction(level, "level")
     return values
 
 
@@ -159,6 +154,7 @@ def t_interval(
     high). Chapter: *Why a Transformer needs positions*."""
     from scipy import stats
 
+    checks.fraction(level, "level")
     values = np.asarray(values, dtype=float)
     if values.size == 0:
         raise ValueError("values is empty: pass at least one number")

@@ -31,25 +31,11 @@ class TokenTask:
     description: str
 
 
-def _task(
-    X: np.ndarray,
-    y: np.ndarray,
-    split: int,
-    vocab_size: int,
-    max_len: int,
-    description: str,
-):
-    """A :class:`TokenTask` whose first ``split`` rows are the train part."""
+def _task(X: np.ndarray, y: np.ndarray, split: int, *rest: Any) -> TokenTask:
+    """A :class:`TokenTask` whose first ``split`` rows are the train part; ``rest``:
+    vocab_size, max_len, description."""
     t = torch.as_tensor
-    return TokenTask(
-        t(X[:split]),
-        t(y[:split]),
-        t(X[split:]),
-        t(y[split:]),
-        vocab_size,
-        max_len,
-        description,
-    )
+    return TokenTask(t(X[:split]), t(y[:split]), t(X[split:]), t(y[split:]), *rest)
 
 
 def _split_point(count: int, eval_fraction: object, what: str) -> int:
@@ -69,15 +55,9 @@ def _split_point(count: int, eval_fraction: object, what: str) -> int:
 def padded_ids(texts: Corpus | list[str], tokenizer: Any, max_len: int) -> np.ndarray:
     """Each text's ids without specials, truncated to ``max_len``, right-padded with -1.
     Chapter: *How many numbers does a positional encoding need?*."""
-    options = dict(
-        add_special_tokens=False,
-        truncation=True,
-        padding="max_length",
-        return_tensors="np",
-    )
-    ids = tokenizer(check_texts(texts), max_length=max_len, **options)[
-        "input_ids"
-    ].astype(np.int64)
+    options = dict(add_special_tokens=False, truncation=True, padding="max_length")
+    options.update(max_length=max_len, return_tensors="np")
+    ids = tokenizer(check_texts(texts), **options)["input_ids"].astype(np.int64)
     # -1: padding, until compacted
     return np.where(ids == (tokenizer.pad_token_id or 0), -1, ids)
 
@@ -101,13 +81,9 @@ def order_task(
 ) -> TokenTask:
     """Original (label 0) or shuffled (label 1)? Only word order can tell.
     Chapter: *Do distinct positions get distinct vectors?*."""
-    if not 2 <= min_len <= max_len:
-        raise ValueError(
-            f"need 2 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}"
-        )
-    checks.number(
-        eval_fraction, "eval_fraction", 0, 1, low_open=True, high_open=True
-    )  # before tokenizing
+    checks.integer(min_len, "min_len", 2, max_len, fix="pass 2 <= min_len <= max_len")
+    # eval_fraction, before tokenizing
+    checks.number(eval_fraction, "eval_fraction", 0, 1, low_open=True, high_open=True)
     rng = np.random.default_rng(seed)
     ids = padded_ids(corpus, tokenizer, max_len)
     ids = ids[(ids >= 0).sum(1) >= min_len]
@@ -150,12 +126,7 @@ def planted_task(
     L = checks.integer(L, "L", 2, fix="two markers need two positions")
     split = _split_point(num_sequences, eval_fraction, "num_sequences")
     rng = np.random.default_rng(seed)
-    X = (
-        synthetic_corpus(
-            background, n=L, V=V, num_sequences=num_sequences, seed=seed
-        ).ids
-        + 1
-    )
+    X = synthetic_corpus(background, L, V, num_sequences, seed).ids + 1
     a, b = V + 1, V + 2
     rows = np.arange(num_sequences)
     first = rng.integers(0, L, num_sequences)
@@ -181,13 +152,9 @@ def masked_task(
     not masked. Chapter: *Are nearby positions encoded nearby?*."""
     ids = np.asarray(ids)
     if ids.ndim != 2 or ids.shape[0] < 2 or ids.shape[1] < 1:
-        raise ValueError(
-            f"ids must be a (num_sequences >= 2, L >= 1) array, got shape {ids.shape}"
-        )
+        raise ValueError(f"ids must be (num_sequences >= 2, L >= 1), got {ids.shape}")
     if ids.min() < 0 or ids.max() >= V:
-        raise ValueError(
-            f"ids must lie in [0, V={V}), got range [{ids.min()}, {ids.max()}]"
-        )
+        raise ValueError(f"ids must lie in [0, V={V}), got [{ids.min()}, {ids.max()}]")
     checks.number(mask_rate, "mask_rate", 0, 1, low_open=True)
     # a stream of its own: synthetic_corpus(seed=s) draws from default_rng(s + 1), and a
     # mask drawn from that stream would pick tokens by their value

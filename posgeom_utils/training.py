@@ -49,18 +49,13 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         checks.choice(self.amp, "amp", AMP_CHOICES, _AMP_FIX)
-        if self.threads is not None:
-            checks.integer(self.threads, "threads")
+        checks.integer(self.threads, "threads", optional=True)
         for name in ("steps", "batch_size", "eval_every", "checkpoint_every"):
             checks.integer(getattr(self, name), name)
         checks.choice(self.optimizer, "optimizer", ("adamw", "sgd"))
         checks.number(self.lr, "lr", 0, low_open=True, fix="pass e.g. lr=1e-3")
-        checks.number(
-            self.weight_decay,
-            "weight_decay",
-            0,
-            fix="pass e.g. weight_decay=0.0 (none) or 0.01",
-        )
+        fix = "pass e.g. weight_decay=0.0 (none) or 0.01"
+        checks.number(self.weight_decay, "weight_decay", 0, fix=fix)
 
 
 def amp_enabled(amp: bool | str, device: torch.device | str) -> bool:
@@ -87,10 +82,8 @@ class History:
 
 
 def _check_pair(X: torch.Tensor, y: torch.Tensor, names: str) -> None:
-    if len(X) == 0 or len(X) != len(y):
-        raise ValueError(
-            f"{names} must be non-empty and of equal length, got {len(X)}, {len(y)}"
-        )
+    ok = len(X) > 0 and len(X) == len(y)
+    checks.require(ok, names, "non-empty and of equal length", (len(X), len(y)))
 
 
 @torch.no_grad()
@@ -105,10 +98,8 @@ def evaluate(
     device = next(model.parameters()).device
     losses, correct, scored = [], 0, 0
     for start in range(0, len(X), batch_size):
-        xb, yb = (
-            X[start : start + batch_size].to(device),
-            y[start : start + batch_size].to(device),
-        )
+        xb = X[start : start + batch_size].to(device)
+        yb = y[start : start + batch_size].to(device)
         logits = model(xb).float()
         losses.append(_loss(logits, yb, reduction="sum").item())
         keep = yb != IGNORE

@@ -107,36 +107,26 @@ def _check_arguments(
     checks.choice(positional, "positional", POSITIONAL)
     checks.choice(task, "task", TASKS)
     if d % n_heads:
-        raise ValueError(f"d={d} must be divisible by n_heads={n_heads}")
+        raise checks.fail("d", f"divisible by n_heads={n_heads}", d, "change n_heads")
     if positional == "rope" and (d // n_heads) % 2:
-        raise ValueError(
-            f"positional='rope' needs an even head width, got d/n_heads={d // n_heads}"
-        )
-    if table is not None and positional not in ("mds", "lowrank"):
-        raise ValueError(
-            f"table= is only for positional='mds' or 'lowrank', not {positional!r}"
-        )
-    if rank is not None and positional != "lowrank":
-        raise ValueError(
-            f"rank= is only used by positional='lowrank', not {positional!r}"
-        )
-    if positional == "mds" and table is None:
-        raise ValueError(
-            "positional='mds' needs table=, e.g. encodings.mds_encoding(D, d)"
-        )
-    if positional == "lowrank" and rank is None:
-        raise ValueError("positional='lowrank' needs rank= (the r of P = A B^T)")
+        fix = "RoPE rotates pairs of coordinates: change d or n_heads"
+        raise checks.fail("d // n_heads", "an even head width", d // n_heads, fix)
+    for name, value, users, example in (
+        ("table", table, ("mds", "lowrank"), "e.g. encodings.mds_encoding(D, d)"),
+        ("rank", rank, ("lowrank",), "the r of P = A B^T"),
+    ):
+        if value is not None and positional not in users:
+            what = f"{' or '.join(map(repr, users))} when {name}= is given"
+            raise checks.fail("positional", what, positional, f"drop {name}=")
+        if value is None and positional == users[0]:
+            raise ValueError(f"positional={positional!r} needs {name}= ({example})")
     if table is None:
         return None
     table = np.asarray(table, dtype=np.float32)
-    if positional == "mds" and table.shape != (max_len, d):
-        raise ValueError(
-            f"table must have shape (max_len, d) = ({max_len}, {d}), not {table.shape}"
-        )
-    if positional == "lowrank" and table.shape != (max_len, rank):
-        raise ValueError(
-            f"table for lowrank must have shape (max_len, rank) = ({max_len}, {rank})"
-        )
+    width = "d" if positional == "mds" else "rank"
+    shape = (max_len, d if positional == "mds" else rank)
+    if table.shape != shape:
+        raise checks.fail("table.shape", f"(max_len, {width}) = {shape}", table.shape)
     return table
 
 
@@ -163,12 +153,8 @@ class PositionalTransformer(nn.Module):
     ):
         super().__init__()
         table = _check_arguments(positional, task, d, n_heads, max_len, table, rank)
-        self.positional, self.task, self.max_len, self.pad_id = (
-            positional,
-            task,
-            max_len,
-            pad_id,
-        )
+        self.positional, self.task = positional, task
+        self.max_len, self.pad_id = max_len, pad_id
         self.embed = nn.Embedding(vocab_size, d)
         nn.init.normal_(self.embed.weight, std=0.02)
         self.position: nn.Module | None = None
@@ -210,9 +196,7 @@ class PositionalTransformer(nn.Module):
 
     def _check_ids(self, ids: torch.Tensor) -> None:
         if ids.dim() != 2:
-            raise ValueError(
-                f"ids must be (batch, length), got shape {tuple(ids.shape)}"
-            )
+            raise ValueError(f"ids must be (batch, length), got {tuple(ids.shape)}")
         if ids.numel():  # one min/max over the batch, not a per-token check
             low, high = (int(v) for v in torch.aminmax(ids))
             vocab = self.embed.num_embeddings
@@ -259,11 +243,11 @@ def count_parameters(model: nn.Module) -> int:
 def describe(model: PositionalTransformer) -> dict[str, Any]:
     """A small summary for tables: positional mechanism, its parameters, total
     parameters. Chapter: *How many numbers does a positional encoding need?*."""
-    summary = {
+    return {
         "positional": model.positional,
         "positional parameters": model.positional_parameters(),
+        "parameters": count_parameters(model),
+        "d": model.embed.embedding_dim,
+        "layers": len(model.blocks),
+        "max_len": model.max_len,
     }
-    summary.update(
-        {"parameters": count_parameters(model), "d": model.embed.embedding_dim}
-    )
-    return {**summary, "layers": len(model.blocks), "max_len": model.max_len}

@@ -222,9 +222,9 @@ def test_synthetic_bad_input():
     for rank in (0, 9):
         with pytest.raises(ValueError, match=r"rank must be an integer in \[1, 8\]"):
             synthetic_mu("lowrank", 4, 8, rank=rank)
-    with pytest.raises(ValueError, match="n >= 1 and V >= 2"):
+    with pytest.raises(ValueError, match="n must be an integer >= 1, got n=0"):
         synthetic_mu("drift", 0, 8)
-    with pytest.raises(ValueError, match="n >= 1 and V >= 2"):
+    with pytest.raises(ValueError, match="V must be an integer >= 2, got V=1"):
         synthetic_mu("drift", 4, 1)
     for num in (0, -5):
         with pytest.raises(ValueError, match="num_sequences"):

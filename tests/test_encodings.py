@@ -187,7 +187,7 @@ def test_mds_encoding_reproduces_hellinger(seed):
     assert two.shape == (n, n + 3)
     assert np.count_nonzero(np.any(two != 0, axis=0)) == 2
     np.testing.assert_allclose(euclidean(two), sklearn_mds_distances(D, 2), rtol=0, atol=1e-8)
-    with pytest.raises(ValueError, match="r=5 exceeds the width d=3"):
+    with pytest.raises(ValueError, match=r"r must be an integer in \[1, 3\], got r=5: a rank is at most the width d=3"):
         mds_encoding(D, d=3, r=5)
     with pytest.raises(ValueError, match="d must be an integer >= 1"):
         mds_encoding(D, d=0)
@@ -221,11 +221,11 @@ def test_lowrank_module_parameters_and_init():
     assert tuple(module(torch.randn(2, n, d)).shape) == (2, n, d)
     with pytest.raises(ValueError, match=f"sequence length {n + 1} exceeds the encoding's n={n}"):
         module(torch.randn(2, n + 1, d))
-    with pytest.raises(ValueError, match=r"r=9 must be at most min\(n, d\) = 8"):
+    with pytest.raises(ValueError, match=r"got r=9: a rank is at most min\(n, d\) = 8"):
         LowRankPositionalEncoding(10, 8, 9)
-    with pytest.raises(ValueError, match=r"r=3 must be at most min\(n, d\) = 2"):
+    with pytest.raises(ValueError, match=r"got r=3: a rank is at most min\(n, d\) = 2"):
         LowRankPositionalEncoding.from_mds(D, d=2, r=3)
-    with pytest.raises(ValueError, match="r must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"r must be an integer in \[1, 8\], got r=0"):
         LowRankPositionalEncoding(10, 8, 0)
 
     target = torch.randn(n, d)

@@ -527,7 +527,7 @@ def test_stress_and_smacof_bad_arguments():
     D = hellinger_distances(dirichlet_mu(0, 5, 8))
     P = np.random.default_rng(0).normal(size=(5, 2))
     for bad_P in (np.zeros((4, 2)), np.zeros(5), np.zeros((5, 2, 1))):
-        with pytest.raises(ValueError, match="P must have one row per position"):
+        with pytest.raises(ValueError, match=r"P must be \(n, d\), one row per position of D \(5\), got P="):
             stress(bad_P, D)
     for bad in ("bogus", "Fitted", None):
         with pytest.raises(ValueError, match="scale must be one of 'raw', 'fitted'"):

@@ -146,6 +146,10 @@ def test_kernel_mean_with_identity_is_l2_and_log_ratio_is_aitchison() -> None:
     assert np.isclose(log_ratio_distances(mu)[1, 4], np.linalg.norm(clr[1] - clr[4]))
     with pytest.raises(ValueError, match="V x V"):
         kernel_mean_distances(mu, np.eye(3))
+    with pytest.raises(ValueError, match="K must be symmetric"):
+        kernel_mean_distances(mu, np.triu(np.ones((20, 20))))
+    with pytest.raises(ValueError, match="mu must be strictly positive"):
+        log_ratio_distances(np.eye(3))
 
 
 def test_token_kernel_approaches_a_multiple_of_the_identity() -> None:
@@ -164,5 +168,7 @@ def test_sample_ids_draws_each_position_from_its_mu() -> None:
     ids = sample_ids(mu, 20000, seed=1)
     freq = np.stack([np.bincount(ids[:, i], minlength=16) / 20000 for i in range(6)])
     assert np.abs(freq - mu).max() < 0.02
-    with pytest.raises(ValueError, match="n >= 3 and V >= 8, got n=2"):
+    with pytest.raises(ValueError, match="n must be an integer >= 3, got n=2: need n >= 3 and V >= 8"):
         split_geometry_mu(2, 16)
+    with pytest.raises(ValueError, match="V must be an integer >= 8, got V=7: need n >= 3 and V >= 8"):
+        split_geometry_mu(6, 7)

@@ -76,7 +76,7 @@ def test_pairs_wrap_words_in_special_tokens(texts, tokenizer):
 
 
 def test_pairs_bad_input(texts, tokenizer):
-    with pytest.raises(ValueError, match="min_len"):
+    with pytest.raises(ValueError, match=r"min_len must be an integer in \[2, 4\], got min_len=5: max_len=6"):
         shuffle_pairs(texts, tokenizer, max_len=6, min_len=5)
     with pytest.raises(ValueError, match="lower min_len"):
         shuffle_pairs(texts, tokenizer, max_len=32, min_len=25)

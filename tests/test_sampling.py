@@ -133,6 +133,10 @@ def test_t_interval():
     assert np.isnan(t_interval([0.5])[1]) and np.isnan(t_interval([0.5], bounds=True)[1])
     with pytest.raises(ValueError, match="values is empty"):
         t_interval([])
+    for level in (0, 1, 1.5, -0.1, float("nan"), "0.95", True):
+        with pytest.raises(ValueError, match=r"level must be a finite number > 0 and < 1"):
+            t_interval([1.0, 2.0, 3.0], level=level)
+    assert t_interval([1.0, 2.0, 3.0], level=np.float64(0.95)) == (mean, half)
 
 
 # ----------------------------------------------------------------- per-text counts and the bootstrap

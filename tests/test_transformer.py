@@ -264,12 +264,12 @@ def test_lowrank_table_initialises_from_coordinates():
     (dict(d=18, n_heads=4), "n_heads"),
     (dict(positional="rope", d=12, n_heads=4), "even head width"),
     (dict(positional="mds"), "table"),
-    (dict(positional="mds", table=np.zeros((12, 8))), "table must have shape"),
-    (dict(positional="mds", table=np.zeros((10, 16))), "table must have shape"),
+    (dict(positional="mds", table=np.zeros((12, 8))), r"table.shape must be \(max_len, d\) = \(12, 16\)"),
+    (dict(positional="mds", table=np.zeros((10, 16))), r"table.shape must be \(max_len, d\) = \(12, 16\)"),
     (dict(positional="lowrank"), "rank"),
-    (dict(positional="lowrank", rank=3, table=np.zeros((12, 2))), "table for lowrank"),
-    (dict(positional="lowrank", rank=3, table=np.zeros((16, 3))), "table for lowrank"),
-    (dict(positional="lowrank", rank=0), "r must be an integer >= 1"),
+    (dict(positional="lowrank", rank=3, table=np.zeros((12, 2))), r"table.shape must be \(max_len, rank\) = \(12, 3\)"),
+    (dict(positional="lowrank", rank=3, table=np.zeros((16, 3))), r"table.shape must be \(max_len, rank\) = \(12, 3\)"),
+    (dict(positional="lowrank", rank=0), r"r must be an integer in \[1, 12\], got r=0"),
     (dict(positional="lowrank", rank=13), "r=13"),
 ])
 def test_bad_construction_arguments(kwargs, message):
