@@ -8,8 +8,9 @@ import json
 import os
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from .settings import cache_dir
 
@@ -59,7 +60,7 @@ def read_or_discard(path: Path, read: Callable[[Path], T]) -> T | None:
         return None
     try:
         return read(path)
-    except Exception as exc:  # a damaged file fails in many ways (zip, pickle, keys)
+    except Exception as exc:  # noqa: BLE001 - damaged files fail in many ways
         why = f"{type(exc).__name__}: {exc}"
         warnings.warn(
             f"{path} is damaged ({why}): removed, computing it afresh", stacklevel=2

@@ -4,7 +4,8 @@ the parameter, what was given and the fix. Chapter: *Positions in real text*."""
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -171,3 +172,20 @@ def distance_matrix(D: Any, name: str = "D", atol: float = 1e-9) -> np.ndarray:
             f"{name} has a non-zero diagonal: a position is at distance 0 of itself"
         )
     return D
+
+
+def multiple(value: int, name: str, factor: int, expected: str, fix: str = "") -> int:
+    """``value`` if it is a multiple of ``factor`` (``expected`` says so in words: "even",
+    "divisible by n_heads=4"). Chapter: *Why a Transformer needs positions*."""
+    if value % factor:
+        raise fail(name, expected, value, fix)
+    return value
+
+
+def rank(
+    r: Any, n: int, d: int, minimum: int = 1, fix: str = "", optional: bool = False
+) -> int | None:
+    """``r`` as the rank of an n x d table, an integer in [minimum, min(n, d)].
+    Chapter: *How many numbers does a positional encoding need?*."""
+    fix = fix or f"a rank is at most min(n, d) = {min(n, d)}"
+    return integer(r, "r", minimum, min(n, d), fix=fix, optional=optional)

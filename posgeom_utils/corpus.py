@@ -58,9 +58,8 @@ class Corpus:
         size = checks.integer(size, "sample size")
         if size >= len(self):
             return self
-        idx = np.sort(
-            np.random.default_rng(seed).choice(len(self), size=size, replace=False)
-        )
+        rng = np.random.default_rng(seed)
+        idx = np.sort(rng.choice(len(self), size=size, replace=False))
         return self._subset(idx, sample_size=size, sample_seed=seed)
 
     def halves(self, seed: int = 0) -> tuple["Corpus", "Corpus"]:
@@ -76,12 +75,8 @@ class Corpus:
     @property
     def key(self) -> dict:
         """Identifies the corpus in a cache key. Chapter: *Positions in real text*."""
-        return {
-            "name": self.name,
-            "split": self.split,
-            "n_texts": len(self),
-            **self.meta,
-        }
+        key = {"name": self.name, "split": self.split, "n_texts": len(self)}
+        return {**key, **self.meta}
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -295,9 +290,7 @@ def synthetic_mu(
     weights = _softmax(strength * np.sin(2 * np.pi * freq * t + phase))
     mu = np.zeros((n, V))
     for k, block in enumerate(blocks):
-        mu[:, block] = (
-            weights[:, k : k + 1] * _softmax(rng.normal(size=block.size))[None, :]
-        )
+        mu[:, block] = weights[:, k : k + 1] * _softmax(rng.normal(size=block.size))
     return mu
 
 

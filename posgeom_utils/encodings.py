@@ -3,14 +3,18 @@ Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import checks
 from .geometry import classical_mds, smacof
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def frequencies(d: int, base: float = 10000.0) -> np.ndarray:
@@ -18,8 +22,7 @@ def frequencies(d: int, base: float = 10000.0) -> np.ndarray:
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     d = checks.integer(d, "d")
     base = checks.number(base, "base", 0, low_open=True, fix="the usual base is 10000")
-    if d % 2:
-        raise checks.fail("d", "even", d, "sin/cos pairs and RoPE planes take d = 2k")
+    checks.multiple(d, "d", 2, "even", "sin/cos pairs and RoPE planes take d = 2k")
     return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
 
 
@@ -64,9 +67,8 @@ def alibi(n: int, slope: float | np.ndarray = 1.0) -> np.ndarray:
     n = checks.integer(n, "n")
     slopes = np.atleast_1d(np.asarray(slope, dtype=np.float64))
     ok = slopes.ndim == 1 and slopes.size and np.all(np.isfinite(slopes) & (slopes > 0))
-    if not ok:
-        what = "a positive number or a 1-D array of them"
-        raise checks.fail("slope", what, slope, "pass e.g. slope=alibi_slopes(n_heads)")
+    what = "a positive number or a 1-D array of them"
+    checks.require(ok, "slope", what, slope, "pass e.g. slope=alibi_slopes(n_heads)")
     # the computation
     return np.arange(n, dtype=np.float64)[:, None] * slopes[None, :]
 
@@ -77,7 +79,7 @@ def mds_encoding(D: np.ndarray, d: int, r: int | None = None) -> np.ndarray:
     D = checks.distance_matrix(D)
     d = checks.integer(d, "d")
     fix = f"a rank is at most the width d={d} and n={D.shape[0]}"
-    r = None if r is None else checks.integer(r, "r", 1, min(d, D.shape[0]), fix=fix)
+    r = checks.rank(r, D.shape[0], d, fix=fix, optional=True)
     # the computation
     # one eigendecomposition; every rank is a slice of it
     result = classical_mds(D, D.shape[0])
@@ -100,8 +102,7 @@ def lowrank_parameter_count(n: int, d: int, r: int) -> int:
     """Numbers stored by P = A B^T with A (n x r), B (d x r): r (n + d); r = 0 is the
     constant table. Chapter: *How many numbers does a positional encoding need?*."""
     n, d = checks.integer(n, "n"), checks.integer(d, "d")
-    fix = "a rank is at most min(n, d)"
-    return checks.integer(r, "r", 0, min(n, d), fix=fix) * (n + d)
+    return checks.rank(r, n, d, minimum=0) * (n + d)
 
 
 def saving_configurations(
@@ -110,14 +111,13 @@ def saving_configurations(
     n_values: Iterable[int],
     d_values: Iterable[int],
     ranks: Iterable[int],
-) -> "pd.DataFrame":
+) -> pd.DataFrame:
     """Every grid (n, d, r) whose saving 1 - r (n + d) / (n d) is in [low, high) (exact
     arithmetic). Chapter: *How many numbers does a positional encoding need?*."""
     import pandas as pd
 
     lo, hi = (x if isinstance(x, Fraction) else Fraction(str(x)) for x in (low, high))
-    if not lo < hi:
-        raise checks.fail("high", f"greater than low={low!r}", high, "swap them")
+    checks.require(lo < hi, "high", f"greater than low={low!r}", high, "swap them")
     n = np.unique(np.asarray(list(n_values), dtype=np.int64))
     d = np.unique(np.asarray(list(d_values), dtype=np.int64))
     ranks = sorted({int(r) for r in ranks})
@@ -168,8 +168,7 @@ def _torch_module():
         def __init__(self, n: int, d: int, r: int, init_std: float = 0.02):
             super().__init__()
             n, d = checks.integer(n, "n"), checks.integer(d, "d")
-            fix = f"a rank is at most min(n, d) = {min(n, d)}"
-            r = checks.integer(r, "r", 1, min(n, d), fix=fix)
+            r = checks.rank(r, n, d)
             self.n, self.d, self.r = n, d, r
             self.A = nn.Parameter(torch.randn(n, r) * init_std)
             self.B = nn.Parameter(torch.linalg.qr(torch.randn(d, r))[0])
@@ -177,7 +176,7 @@ def _torch_module():
         @classmethod
         def from_mds(
             cls, D: np.ndarray, d: int, r: int, scale: float = 1.0, seed: int = 0
-        ) -> "LowRankPositionalEncoding":
+        ) -> LowRankPositionalEncoding:
             """A = scale U_r Lambda_r^(1/2), rank-r classical MDS of D; B orthonormal.
             Chapter: *How many numbers does a positional encoding need?*."""
             coords = classical_mds(D, r).P * scale
@@ -188,12 +187,12 @@ def _torch_module():
                 module.B.copy_(torch.linalg.qr(torch.randn(d, r, generator=gen))[0])
             return module
 
-        def table(self) -> "torch.Tensor":
+        def table(self) -> torch.Tensor:
             """P = A B^T. Chapter: *How many numbers does a positional encoding
             need?*."""
             return self.A @ self.B.T
 
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             """``x + P[:L]``. Chapter: *How many numbers does a positional encoding
             need?*."""
             L = x.shape[-2]
@@ -233,8 +232,7 @@ def standard_encodings(
     D = checks.distance_matrix(D)
     n = D.shape[0]
     d, n_heads = checks.integer(d, "d"), checks.integer(n_heads, "n_heads")
-    if d % n_heads:
-        raise checks.fail("d", f"divisible by n_heads={n_heads}", d, "change n_heads")
+    checks.multiple(d, "d", n_heads, f"divisible by {n_heads=}", "change n_heads")
     # the computation
     d_head = d // n_heads
     mds = classical_mds(D, n)  # one eigendecomposition; every rank is a slice of it

@@ -1,10 +1,7 @@
 """Fine-tuning a pre-trained encoder as a classifier, recording its learned position
-table. Chapter: *Do distinct positions get distinct vectors?*. :func:`prepare_finetune`
-checks the inputs, builds the classifier and encodes the texts; :func:`finetune` trains
-it with :func:`~posgeom_utils.training.train_classifier` (seeding, evaluation,
-checkpoints, resume), recording the table at step 0 and at every evaluation. Dropout is
-resumable: the masks of the n-th training pass come from a generator seeded by
-``(seed, n)``, and ``n`` is in the state dict."""
+table at step 0 and every evaluation; resumable, dropout included (the n-th training
+pass's masks are seeded by ``(seed, n)``). Chapter: *Do distinct positions get distinct
+vectors?*."""
 
 from __future__ import annotations
 
@@ -29,14 +26,6 @@ from .models import (
 )
 from .seeding import seed_everything
 from .training import History, TrainConfig, train_classifier
-
-__all__ = [
-    "FinetuneSetup",
-    "PretrainedClassifier",
-    "encode_texts",
-    "finetune",
-    "prepare_finetune",
-]
 
 #: beside ``checkpoint.pt``: the recorded position tables of a run (for resume)
 RECORDS_FILE = "position_records.npz"
@@ -87,12 +76,10 @@ class PretrainedClassifier(nn.Module):
             yield
             return
         self.train_forwards += 1
-        with torch.random.fork_rng(
-            devices=[device.index or 0] if device.type == "cuda" else []
-        ):
-            torch.manual_seed(
-                (self.seed * 1_000_003 + int(self.train_forwards)) % 2**63
-            )
+        devices = [device.index or 0] if device.type == "cuda" else []
+        seed = (self.seed * 1_000_003 + int(self.train_forwards)) % 2**63
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
             yield
 
     def forward(
@@ -105,9 +92,8 @@ class PretrainedClassifier(nn.Module):
         if attention_mask is None:
             attention_mask = self.attention_mask_for(input_ids)
         with self._dropout_masks(input_ids.device):
-            hidden = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask
-            ).last_hidden_state
+            out = self.encoder(input_ids=input_ids, attention_mask=attention_mask)
+        hidden = out.last_hidden_state
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         return self.head((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0))
 
@@ -120,10 +106,8 @@ def encode_texts(
     texts, max_len = check_texts(texts), integer(max_len, "max_len", 2)
     pad, fix = getattr(tokenizer, "pad_token_id", None), "set tokenizer.pad_token first"
     require(pad is not None, "tokenizer.pad_token_id", "a token id", pad, fix)
-    options = dict(
-        truncation=True, max_length=max_len, padding="max_length", return_tensors="pt"
-    )
-    enc = tokenizer(texts, add_special_tokens=True, **options)
+    options = {"truncation": True, "max_length": max_len, "padding": "max_length"}
+    enc = tokenizer(texts, add_special_tokens=True, return_tensors="pt", **options)
     return enc["input_ids"].long(), enc["attention_mask"].long()
 
 
@@ -167,10 +151,9 @@ def prepare_finetune(
     num_classes: int = 2,
     device: str | None = None,
 ) -> FinetuneSetup:
-    """Check the inputs (all before any model is loaded), load ``model_name`` (None: the
-    packaged all-MiniLM-L6-v2) with a seeded linear head and encode the texts;
-    ``record_every`` and ``device`` replace ``config.eval_every`` and ``config.device``
-    where given. Chapter: *Do distinct positions get distinct vectors?*."""
+    """Check the inputs before loading ``model_name`` (None: the packaged MiniLM) with a
+    seeded head, encode the texts; ``record_every``, ``device`` override ``config``.
+    Chapter: *Do distinct positions get distinct vectors?*."""
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
     if record_every is not None:
@@ -194,9 +177,8 @@ def prepare_finetune(
     within = f"at most the model's {rows} learned positions"
     require(max_len <= rows, "max_len", within, max_len)
     n_record = max_len if n_record is None else integer(n_record, "n_record", 1, rows)
-    X_train, X_eval = (
-        encode_texts(t, tokenizer, max_len)[0] for t in (texts_train, texts_eval)
-    )
+    X_train = encode_texts(texts_train, tokenizer, max_len)[0]
+    X_eval = encode_texts(texts_eval, tokenizer, max_len)[0]
     return FinetuneSetup(model, X_train, y_train, X_eval, y_eval, config, n_record)
 
 
@@ -205,12 +187,8 @@ def save_records(path: Path, records: dict[int, np.ndarray]) -> None:
     ``tables``. Chapter: *Do distinct positions get distinct vectors?*."""
     steps = sorted(records)
     tables = np.stack([records[s] for s in steps])
-    atomic_write(
-        path,
-        lambda tmp: np.savez(
-            tmp, steps=np.asarray(steps, dtype=np.int64), tables=tables
-        ),
-    )
+    steps = np.asarray(steps, dtype=np.int64)
+    atomic_write(path, lambda tmp: np.savez(tmp, steps=steps, tables=tables))
 
 
 def _load_records(path: Path | None, shape: tuple[int, int]) -> dict[int, np.ndarray]:
@@ -246,18 +224,11 @@ def finetune(
     device: str | None = None,
     wrap: Callable[[FinetuneSetup], Any] | None = None,
 ) -> tuple[PretrainedClassifier, History, list[tuple[int, np.ndarray]]]:
-    """Fine-tune ``model_name`` with a linear head (:func:`prepare_finetune`, then
-    :func:`~posgeom_utils.training.train_classifier`). Returns
-    ``(model, history, records)``, ``records`` the ``(step, table)`` of the first
-    ``n_record`` rows (default ``max_len``) at step 0 and after each evaluation; with
-    ``config.checkpoint_dir`` an interrupted run resumes (weights, history, records).
-    ``wrap(run)``, a context manager yielding the module and settings to train (the
-    data-parallel path of *Beyond one machine*), replaces ``(run.model, run.config)``.
-    Chapter: *Do distinct positions get distinct vectors?*."""
-    options = dict(
-        max_len=max_len, record_every=record_every, n_record=n_record, device=device
-    )
-    options["num_classes"] = num_classes
+    """``(model, history, records)``, records: ``(step, table)`` of ``n_record`` rows at
+    step 0 and each evaluation (resumable); ``wrap(run)`` yields the module and settings
+    to train. Chapter: *Do distinct positions get distinct vectors?*."""
+    options = {"max_len": max_len, "record_every": record_every, "n_record": n_record}
+    options.update(num_classes=num_classes, device=device)
     run = prepare_finetune(
         model_name, texts_train, y_train, texts_eval, y_eval, config, **options
     )
@@ -275,8 +246,5 @@ def finetune(
     with wrap(run) if wrap else single as (net, settings):
         history = train_classifier(net, *data, settings, callback=record)
     # on resume, tables recorded after the last checkpoint were recomputed
-    return (
-        run.model,
-        history,
-        [(s, recorded[s]) for s in [0, *history.step] if s in recorded],
-    )
+    records = [(s, recorded[s]) for s in [0, *history.step] if s in recorded]
+    return run.model, history, records

@@ -4,13 +4,16 @@ statistics. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from . import checks
 from .settings import blas_threads
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _sqrt_rows(mu: Any) -> Any:
@@ -107,8 +110,7 @@ class MDSResult:
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
 
     P: np.ndarray  # (n, r) coordinates, columns in decreasing eigenvalue order
-    # all n eigenvalues of B, decreasing (negative ones included)
-    eigenvalues: np.ndarray
+    eigenvalues: np.ndarray  # all n eigenvalues of B, decreasing (negatives included)
     effective_rank: int  # eigenvalues above tol * largest
     tol: float
 
@@ -133,8 +135,7 @@ def classical_mds(D: np.ndarray, r: int | None = None, tol: float = 1e-9) -> MDS
     tol = checks.number(tol, "tol", 0, 1, high_open=True)
     # the computation
     B = double_centred_gram(D)
-    if r is not None:
-        r = checks.integer(r, "r", 1, B.shape[0])
+    r = checks.integer(r, "r", 1, B.shape[0], optional=True)
     # the thread count is configuration: POSGEOM_BLAS_THREADS (settings)
     with blas_threads():
         lam, U = np.linalg.eigh(B)
@@ -195,15 +196,11 @@ def smacof(
     D = checks.distance_matrix(D)
     r = checks.integer(r, "r", 1, D.shape[0])
     # the computation
-    start = (
-        classical_mds(D, r).P if init is None else np.asarray(init, dtype=np.float64)
-    )
+    start = classical_mds(D, r).P if init is None else np.asarray(init, float)
     if start.shape != (D.shape[0], r):
         raise ValueError(f"init must have shape ({D.shape[0]}, {r}), got {start.shape}")
-    options = dict(
-        metric=True, n_init=1, max_iter=max_iter, eps=eps, normalized_stress=False
-    )
-    P, _ = _smacof(D, n_components=r, init=start, **options)
+    fixed = {"metric": True, "n_init": 1, "normalized_stress": False}
+    P, _ = _smacof(D, n_components=r, init=start, max_iter=max_iter, eps=eps, **fixed)
     return P if stress(P, D) <= stress(start, D) else start
 
 
@@ -269,7 +266,7 @@ def leading_mass(eigenvalues: np.ndarray, k: int) -> float:
     return float(positive[:k].sum() / positive.sum())
 
 
-def stress_by_rank(D: np.ndarray, ranks: list[int]) -> "pd.DataFrame":
+def stress_by_rank(D: np.ndarray, ranks: list[int]) -> pd.DataFrame:
     """Raw stress of classical MDS and of SMACOF at each ``r``, against the rank of B.
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     import pandas as pd
@@ -300,9 +297,8 @@ class ViolationRate:
 
 
 def _as_distances(X: np.ndarray, input_kind: str, near: float = 1e-3) -> np.ndarray:
-    """``X`` as distances: itself (``distances``), those of its rows (``encoding``) or,
-    for ``auto``, itself when it is a distance matrix, its rows' when it is far from
-    one, and an error when it is within ``near`` (relative) of one without being one."""
+    """``X`` as distances: itself, its rows' or (``auto``) whichever it plainly is; an
+    error when it is within ``near`` (relative) of a distance matrix without being one."""
     X = np.asarray(X, dtype=np.float64)
     checks.choice(input_kind, "input_kind", ("auto", "encoding", "distances"))
     # the computation
@@ -327,9 +323,8 @@ def _as_distances(X: np.ndarray, input_kind: str, near: float = 1e-3) -> np.ndar
 def _triplet_score(
     E: np.ndarray, R: np.ndarray, eps_e: float, eps_r: float
 ) -> tuple[float, int]:
-    """Over anchors i and j, k != i with R_ij < R_ik (beyond ``eps_r``): the triplets
-    with E_ij > E_ik (ties within ``eps_e`` one half) and the number of triplets (exact
-    counts, in any order)."""
+    """Triplets (i; j, k) with R_ij < R_ik but E_ij > E_ik (ties one half), and their
+    number."""
     off = ~np.eye(E.shape[0], dtype=bool)
     score, total = 0.0, 0
     for i in range(E.shape[0]):
@@ -359,21 +354,15 @@ def _sampled_distances(
     D: np.ndarray, kind: str, sample: int, seed: int
 ) -> tuple[np.ndarray, ...]:
     """Distances of the nearer and the farther pair in ``sample`` seeded comparisons."""
-    n = D.shape[0]
+    triplets = kind == "triplets"
     rng = np.random.default_rng(seed)
-    if kind == "triplets":
-        a, b, c = rng.integers(0, n, (3, 4 * sample))
-        ob, oc = np.abs(a - b), np.abs(a - c)
-        keep = (ob > 0) & (oc > 0) & (ob != oc)
-        a, b, c, ob, oc = (x[keep][:sample] for x in (a, b, c, ob, oc))
-        return np.where(ob < oc, D[a, b], D[a, c]), np.where(ob < oc, D[a, c], D[a, b])
-    i1, j1, i2, j2 = rng.integers(0, n, (4, 4 * sample))
+    draws = rng.integers(0, len(D), (3 if triplets else 4, 4 * sample))
+    i1, j1, i2, j2 = draws[[0, 1, 0, 2]] if triplets else draws  # triplets: i1 = i2
     o1, o2 = np.abs(i1 - j1), np.abs(i2 - j2)
     keep = (o1 > 0) & (o2 > 0) & (o1 != o2)
     i1, j1, i2, j2, o1, o2 = (x[keep][:sample] for x in (i1, j1, i2, j2, o1, o2))
-    return np.where(o1 < o2, D[i1, j1], D[i2, j2]), np.where(
-        o1 < o2, D[i2, j2], D[i1, j1]
-    )
+    near = o1 < o2
+    return np.where(near, D[i1, j1], D[i2, j2]), np.where(near, D[i2, j2], D[i1, j1])
 
 
 def monotonicity_violation_rate(
@@ -404,21 +393,16 @@ def monotonicity_violation_rate(
         return ViolationRate(rate, total, True, rate, rate, kind)
     near_d, far_d = _sampled_distances(D, kind, sample, seed)
     score = (near_d - far_d > eps) + 0.5 * (np.abs(near_d - far_d) <= eps)
-    m = score.size
-    rate = float(score.mean())
+    m, rate = score.size, float(score.mean())
     half = 1.96 * float(score.std(ddof=1)) / np.sqrt(m) if m > 1 else float("nan")
-    return ViolationRate(
-        rate, int(m), False, float(rate - half), float(rate + half), kind
-    )
+    return ViolationRate(rate, m, False, float(rate - half), float(rate + half), kind)
 
 
 def _centred(M: np.ndarray, name: str) -> np.ndarray:
     """``M``, columns centred; ``ValueError`` if its rows are equal up to rounding."""
     Mc = M - M.mean(0)
     if np.abs(Mc).max() <= 1e-12 * np.abs(M).max():
-        raise ValueError(
-            f"CKA is undefined: {name} has the same row everywhere (zero variance)"
-        )
+        raise ValueError(f"CKA is undefined: {name} has equal rows (zero variance)")
     return Mc
 
 
@@ -439,9 +423,7 @@ def linear_cka(X: np.ndarray, Y: np.ndarray) -> float:
     value = float(np.sum(Kx * Ky) / denom) if denom > 0 else float("nan")
     if not np.isfinite(value):  # the Gram matrices under- or overflow
         norms = f"{np.linalg.norm(Xc):.3g} and {np.linalg.norm(Yc):.3g}"
-        raise ValueError(
-            f"CKA is not finite for X and Y (norms {norms}): rescale X and Y"
-        )
+        raise ValueError(f"CKA is not finite for X and Y (norms {norms}): rescale them")
     return value
 
 
@@ -458,7 +440,7 @@ def tie_robust(x: np.ndarray, digits: int = 9) -> np.ndarray:
     return np.round(x, exponent)
 
 
-def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> "pd.DataFrame":
+def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> pd.DataFrame:
     """Per encoding: rank, raw and fitted stress vs ``D``, best scale, Spearman rho of
     distances. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
     import pandas as pd
@@ -474,8 +456,7 @@ def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> "pd.DataFra
         rank = int(np.linalg.matrix_rank(centred, tol=1e-9 * max(1.0, np.abs(P).max())))
         e, t = tie_robust(E[iu]), tie_robust(D[iu])
         rho = spearmanr(e, t).statistic if np.ptp(E[iu]) > 0 else np.nan
-        raw = stress_of_distances(E, D, "raw")
-        fitted = stress_of_distances(E, D, "fitted")
+        raw, fitted = (stress_of_distances(E, D, scale) for scale in ("raw", "fitted"))
         rows.append((name, rank, raw, fitted, best_scale(E, D), float(rho)))
     columns = ["encoding", "rank", "raw stress", "fitted stress", "best scale"]
     columns.append("Spearman rho")

@@ -73,9 +73,7 @@ class PositionalMarginals:
                 "truncate(min_count=...) or smoothing > 0"
             )
         # the computation
-        dense = self.counts.toarray().astype(np.float64)
-        if smoothing:
-            dense += smoothing
+        dense = self.counts.toarray().astype(np.float64) + smoothing
         return dense / (self.support[:, None] + smoothing * self.V)
 
     def truncate(
@@ -85,10 +83,8 @@ class PositionalMarginals:
         ``min_count`` sequences. Chapter: *Positions in real text*."""
         keep = self.n if n is None else min(checks.integer(n, "n"), self.n)
         if min_count is not None:
-            keep = min(
-                keep,
-                int(np.sum(self.support >= checks.integer(min_count, "min_count"))),
-            )
+            reached = self.support >= checks.integer(min_count, "min_count")
+            keep = min(keep, int(np.sum(reached)))
         if keep < 1:
             most = int(self.support.max(initial=0))
             raise ValueError(
@@ -96,9 +92,8 @@ class PositionalMarginals:
                 "lower min_count"
             )
         params = {**self.params, "n": keep, "min_count": min_count}
-        support = self.support[:keep].copy()
         return PositionalMarginals(
-            self.counts[:keep], support, self.length_hist, params
+            self.counts[:keep], self.support[:keep].copy(), self.length_hist, params
         )
 
     def entropy(self, base: float = 2.0) -> np.ndarray:
@@ -154,7 +149,6 @@ class PositionalMarginals:
     def save(self, path: Path) -> Path:
         """Write ``path`` (``.npz``) atomically. Chapter: *Positions in real text*."""
         c = self.counts
-
         arrays = dict(
             data=c.data, indices=c.indices, indptr=c.indptr, shape=np.array(c.shape)
         )
@@ -201,17 +195,12 @@ class _Encoder:
             self.backend.no_padding()
 
     def __call__(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        texts = list(texts)
         if self.backend is not None:
-            ids = [
-                e.ids
-                for e in self.backend.encode_batch(
-                    list(texts), add_special_tokens=False
-                )
-            ]
+            encoded = self.backend.encode_batch(texts, add_special_tokens=False)
+            ids = [e.ids for e in encoded]
         else:  # slow tokenizers: same result, Python speed
-            encoded = self.tokenizer(
-                list(texts), add_special_tokens=False, truncation=False
-            )
+            encoded = self.tokenizer(texts, add_special_tokens=False, truncation=False)
             ids = encoded["input_ids"]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         flat = itertools.chain.from_iterable(ids)
@@ -271,10 +260,9 @@ def _positions(lengths, n, prefix, suffix, align, view="model"):
     special tokens (positions, ids, texts) and each text's reach, as the model sees it
     or in the corpus (``view``)."""
     p, s = len(prefix), len(suffix)
-    if view == "model":
-        kept = np.minimum(lengths, n - p - s)  # content tokens that survive truncation
-    else:
-        kept = lengths  # nothing moves; positions >= n are dropped below
+    # model: the content tokens that survive truncation; corpus: nothing moves, and
+    # positions >= n are dropped below
+    kept = np.minimum(lengths, n - p - s) if view == "model" else lengths
     seq_len = kept + p + s
     starts = np.cumsum(lengths) - lengths
     within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
@@ -293,15 +281,8 @@ def _positions(lengths, n, prefix, suffix, align, view="model"):
         special_pos = seq_len[special_text] - 1 - special_pos
     mask = (within < np.repeat(kept, lengths)) & (pos < n)
     counted = special_pos < n
-    model_len = np.minimum(seq_len, n)
-    return (
-        pos,
-        mask,
-        special_pos[counted],
-        special_ids[counted],
-        special_text[counted],
-        model_len,
-    )
+    special = [x[counted] for x in (special_pos, special_ids, special_text)]
+    return pos, mask, *special, np.minimum(seq_len, n)
 
 
 def _tokenizer_fingerprint(tokenizer: Any) -> str:
@@ -311,9 +292,8 @@ def _tokenizer_fingerprint(tokenizer: Any) -> str:
         blob = json.dumps(sorted(tokenizer.get_vocab().items()))
     else:
         state = json.loads(backend.to_str())
-        # set by whatever call came last; irrelevant to our counts
-        state.pop("truncation", None)
-        state.pop("padding", None)
+        for key in ("truncation", "padding"):  # set by the last call; irrelevant here
+            state.pop(key, None)
         blob = json.dumps(state, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -336,9 +316,8 @@ def _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view="mod
     checks.choice(special_tokens, "special_tokens", SPECIAL_POLICIES)
     checks.choice(align, "align", ALIGNMENTS)
     checks.integer(buffer_tokens, "buffer_tokens")
-    prefix, suffix = (
-        special_template(tokenizer) if special_tokens == "keep" else ([], [])
-    )
+    keep = special_tokens == "keep"
+    prefix, suffix = special_template(tokenizer) if keep else ([], [])
     specials = len(prefix) + len(suffix)
     if n < specials + 1:
         raise ValueError(
@@ -420,10 +399,8 @@ def positional_marginals(
     texts = check_texts(texts)
     # the content, whatever the name
     corpus_key["texts_sha256"] = texts_fingerprint(texts)
-    params = {
-        **counting_params(tokenizer, n, special_tokens, align, view),
-        "corpus": corpus_key,
-    }
+    params = counting_params(tokenizer, n, special_tokens, align, view)
+    params["corpus"] = corpus_key
     path = cache_path("marginals", cache_key(**params), ".npz")
     cached = read_or_discard(path, PositionalMarginals.load) if cache else None
     if cached is not None:
@@ -439,6 +416,16 @@ def positional_marginals(
     if cache:
         result.save(path)
     return _apply_min_count(result, min_count)
+
+
+def _check_weights(weights: Any, N: int) -> np.ndarray:
+    """``weights`` as N int64 counts >= 0: how often each of N texts is drawn."""
+    weights = np.asarray(weights)
+    ok = weights.shape == (N,) and np.issubdtype(weights.dtype, np.integer)
+    checks.require(ok, "weights", f"{N} integers", (weights.shape, weights.dtype))
+    low = weights.min(initial=0)
+    checks.require(low >= 0, "weights", ">= 0 (how often each text is drawn)", low)
+    return weights.astype(np.int64)
 
 
 @dataclass
@@ -473,12 +460,9 @@ class TextCounts:
         """Counts of the corpus with text ``t`` drawn ``weights[t]`` times (ints >= 0;
         default all ones: the corpus itself). Chapter: *Positions in real text*."""
         N = self.num_texts
-        weights = np.ones(N, dtype=np.int64) if weights is None else np.asarray(weights)
-        ok = weights.shape == (N,) and np.issubdtype(weights.dtype, np.integer)
-        checks.require(ok, "weights", f"{N} integers", (weights.shape, weights.dtype))
-        low = weights.min(initial=0)
-        checks.require(low >= 0, "weights", ">= 0 (how often each text is drawn)", low)
-        weights = weights.astype(np.int64)
+        weights = _check_weights(
+            np.ones(N, dtype=np.int64) if weights is None else weights, N
+        )
         totals = self.incidence.T @ weights  # (K,) count of each pair
         keep = totals > 0
         counts = _csr(self.keys[keep], totals[keep], self.n, self.V)

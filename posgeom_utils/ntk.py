@@ -56,8 +56,7 @@ def triplet_discordance(E: np.ndarray, R: np.ndarray, tie_tol: float = 1e-9) -> 
     checks.same_shape(E, R, "E and R")
     tie_tol = checks.number(tie_tol, "tie_tol", 0)
     checks.integer(len(E), "n", 3, fix="pass at least 3 positions")
-    eps_r = tie_tol * float(R.max(initial=0.0))
-    eps_e = tie_tol * float(E.max(initial=0.0))
+    eps_e, eps_r = (tie_tol * float(M.max(initial=0.0)) for M in (E, R))
     score, total = _triplet_score(E, R, eps_e, eps_r)
     if total == 0:
         raise ValueError("R orders no triplet strictly: it is constant on every row")
@@ -92,11 +91,7 @@ def split_geometry_mu(
     angle = 2 * np.pi * np.arange(T) / T
     tail = np.exp(concentration * np.cos(angle[None, :] - centre[:, None]))
     tail /= tail.sum(1, keepdims=True)
-    mu = np.empty((n, V))
-    mu[:, 0] = head_mass * q
-    mu[:, 1] = head_mass * (1 - q)
-    mu[:, 2:] = (1 - head_mass) * tail
-    return mu
+    return np.column_stack([head_mass * q, head_mass * (1 - q), (1 - head_mass) * tail])
 
 
 def sample_ids(mu: np.ndarray, num_sequences: int, seed: int = 0) -> np.ndarray:
@@ -126,12 +121,11 @@ class NTKMaskedModel(nn.Module):
         checks.integer(vocab_size, "vocab_size", 3)
         n, width = checks.integer(n, "n"), checks.integer(width, "width")
         table_std = checks.number(table_std, "table_std", 0)
-        hidden = width if hidden is None else hidden
-        self.width, self.hidden = width, hidden
+        self.width, self.hidden = width, width if hidden is None else hidden
         self.embed = nn.Parameter(torch.randn(vocab_size, width))
         self.pos_table = nn.Parameter(torch.randn(n, width) * table_std)
-        self.W1 = nn.Parameter(torch.randn(width, hidden))
-        self.W2 = nn.Parameter(torch.randn(hidden, vocab_size))
+        self.W1 = nn.Parameter(torch.randn(width, self.hidden))
+        self.W2 = nn.Parameter(torch.randn(self.hidden, vocab_size))
 
     def head(self, h: Tensor) -> Tensor:
         """Logits of ``h``. Chapter: *Are nearby positions encoded nearby?*."""

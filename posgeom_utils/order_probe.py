@@ -4,8 +4,9 @@ Chapter: *Why a Transformer needs positions*."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -77,23 +78,16 @@ def shuffle_pairs(
     prefix, suffix = special_template(tokenizer)
     w = max_len - len(prefix) - len(suffix)
     checks.integer(min_len, "min_len", 2, w, fix=f"max_len={max_len} leaves {w} pieces")
-    options = dict(
-        add_special_tokens=False,
-        truncation=True,
-        padding="max_length",
-        return_tensors="np",
-    )
-    enc = tokenizer(texts, max_length=w, **options)
+    options = {"add_special_tokens": False, "truncation": True, "max_length": w}
+    enc = tokenizer(texts, padding="max_length", return_tensors="np", **options)
     words = np.where(enc["attention_mask"] == 1, enc["input_ids"].astype(np.int64), -1)
     words = np.unique(words[(words >= 0).sum(1) >= min_len], axis=0)
     if len(words) < 10:
         raise ValueError(
             f"only {len(words)} texts have min_len={min_len} pieces: lower min_len"
         )
-    words = words[np.random.default_rng(seed).permutation(len(words))]
-    if size is not None:
-        words = words[:size]
-    params = dict(max_len=max_len, min_len=min_len, size=size, seed=seed)
+    words = words[np.random.default_rng(seed).permutation(len(words))][:size]
+    params = {"max_len": max_len, "min_len": min_len, "size": size, "seed": seed}
     return ShufflePairs(words, prefix, suffix, int(tokenizer.pad_token_id), params)
 
 
@@ -103,8 +97,7 @@ def with_position_table(model: Any, P: np.ndarray) -> Any:
     Transformer needs positions* (P = 0)."""
     import torch
 
-    # ValueError for models without a table
-    current = learned_position_embeddings(model)
+    current = learned_position_embeddings(model)  # ValueError without a table
     P = checks.finite_array(P, "P")
     ok = P.shape[1] == current.shape[1] and 1 <= P.shape[0] <= len(current)
     checks.require(ok, "P", f"(n, {current.shape[1]}), n <= {len(current)}", P.shape)
@@ -170,10 +163,9 @@ def _seed_split(pairs: ShufflePairs, seed: int, eval_fraction: float):
     labels = rng.random(len(pairs)) < 0.5
     shuffled = shuffle_within(pairs.words, rng)
     changed = np.any(shuffled != pairs.words, axis=1)
-    # a "shuffle" that restored the order is dropped
-    keep = np.flatnonzero(changed | ~labels)
+    keep = np.flatnonzero(changed | ~labels)  # drop "shuffles" that kept the order
     order = keep[rng.permutation(len(keep))]
-    n_eval = max(1, int(round(eval_fraction * len(order))))
+    n_eval = max(1, round(eval_fraction * len(order)))
     return labels, shuffled, order[n_eval:], order[:n_eval]
 
 
@@ -195,8 +187,7 @@ def shuffle_probe(
     ok, kind = isinstance(pairs, ShufflePairs), type(pairs).__name__
     checks.require(ok, "pairs", "a ShufflePairs", kind, "use shuffle_pairs(texts, ...)")
     seeds = [int(s) for s in seeds]
-    if not seeds:
-        raise ValueError("seeds is empty: pass at least one seed, e.g. range(5)")
+    checks.require(seeds, "seeds", "non-empty", seeds, "pass e.g. seeds=range(5)")
     eval_fraction = checks.fraction(eval_fraction, "eval_fraction")
     original = pooled_features(model, *pairs.inputs(pairs.words), batch_size, device)
     accuracy = []

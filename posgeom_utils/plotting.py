@@ -41,11 +41,6 @@ STYLE |= {
 STYLE |= {"legend.fontsize": 9, "legend.frameon": False, "image.cmap": "viridis"}
 
 
-def use_book_style() -> None:
-    """Apply the book's matplotlib style. Chapter: *Positions in real text*."""
-    mpl.rcParams.update(STYLE)
-
-
 def figure(
     nrows: int = 1,
     ncols: int = 1,
@@ -54,7 +49,7 @@ def figure(
     **kwargs: Any,
 ) -> tuple[plt.Figure, Any]:
     """A new figure in the book's style. Chapter: *Positions in real text*."""
-    use_book_style()
+    mpl.rcParams.update(STYLE)
     height = 3.2 * nrows if height is None else height
     return plt.subplots(nrows, ncols, figsize=(width, height), **kwargs)
 
@@ -72,13 +67,10 @@ def heatmap(
     """A positions x positions matrix. Chapter: *Positions in real text*."""
     M = np.asarray(M)
     lo, hi = extent_start - 0.5, extent_start + M.shape[0] - 0.5
-    style = dict(
-        vmin=vmin, vmax=vmax, cmap=cmap, origin="upper", interpolation="nearest"
-    )
-    im = ax.imshow(M, extent=(lo, hi, hi, lo), **style)
+    style = {"vmin": vmin, "vmax": vmax, "cmap": cmap, "interpolation": "nearest"}
+    im = ax.imshow(M, extent=(lo, hi, hi, lo), origin="upper", **style)
     ax.grid(False)
-    ax.set_xlabel("position j")
-    ax.set_ylabel("position i")
+    ax.set(xlabel="position j", ylabel="position i")
     if title:
         ax.set_title(title)
     ax.figure.colorbar(im, ax=ax, shrink=0.85, label=label)

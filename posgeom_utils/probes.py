@@ -1,9 +1,6 @@
-"""Per-layer, per-position means of an encoder's hidden states over a corpus.
-Chapter: *Positions layer by layer*. ``means[l, i]`` averages layer ``l``'s hidden state
-(0: the embeddings output, then one per block) at position ``i`` over the sequences
-reaching it (padding never counted). Texts run in length-sorted batches, each padded to
-its own longest, under ``torch.inference_mode``, keeping only float64 sums
-``(layers + 1, n, d)`` and counts ``(n,)``: memory does not grow with the corpus."""
+"""Per-layer, per-position means of an encoder's hidden states over a corpus (layer 0:
+the embeddings output; padding never counted), from float64 sums over length-sorted
+batches: memory does not grow with the corpus. Chapter: *Positions layer by layer*."""
 
 from __future__ import annotations
 
@@ -43,9 +40,7 @@ class LayerMeans:
         weights = self.counts / self.counts.sum()
         means = self.means - np.einsum("i,lid->ld", weights, self.means)[:, None, :]
         params = dict(self.params, centre="global")
-        return LayerMeans(
-            means=means, counts=self.counts.copy(), centre="global", params=params
-        )
+        return LayerMeans(means, self.counts.copy(), "global", params)
 
 
 def check_probe(model: Any, n: Any, batch_size: Any, centre: Any) -> tuple[int, int]:
@@ -63,11 +58,10 @@ def token_lengths(
 ) -> np.ndarray:
     """Tokenized length of every text, truncated to ``n`` (what the probe sorts by).
     Chapter: *Positions layer by layer*."""
-    kwargs = dict(
-        add_special_tokens=bool(special_tokens), truncation=True, max_length=n
-    )
+    special = bool(special_tokens)
+    kw = {"add_special_tokens": special, "truncation": True, "max_length": n}
     chunks = (
-        tokenizer(texts[s : s + 1024], **kwargs)["input_ids"]
+        tokenizer(texts[s : s + 1024], **kw)["input_ids"]
         for s in range(0, len(texts), 1024)
     )
     return np.fromiter(
@@ -88,19 +82,17 @@ def layer_sums(
     of texts. Chapter: *Positions layer by layer*."""
     import torch
 
-    kwargs = dict(
-        add_special_tokens=bool(special_tokens), truncation=True, max_length=n
-    )
+    special = bool(special_tokens)
+    kw = {"add_special_tokens": special, "truncation": True, "max_length": n}
     sums, counts = None, torch.zeros(n, dtype=torch.float64, device=device)
     with torch.inference_mode():
         for batch in progress(
             batches, desc="hidden states per position", total=len(batches)
         ):
-            enc = tokenizer(batch, padding="longest", return_tensors="pt", **kwargs)
+            enc = tokenizer(batch, padding="longest", return_tensors="pt", **kw)
             enc = {k: v.to(device) for k, v in enc.items()}
-            hidden = getattr(
-                model(**enc, output_hidden_states=True), "hidden_states", None
-            )
+            out = model(**enc, output_hidden_states=True)
+            hidden = getattr(out, "hidden_states", None)
             kind, ok = type(model).__name__, hidden is not None
             require(ok, "model", "an AutoModel encoder (returning hidden_states)", kind)
             mask = enc["attention_mask"]  # (B, T): padding weighs 0
@@ -110,9 +102,7 @@ def layer_sums(
                 sums = torch.zeros(shape, dtype=torch.float64, device=device)
             # one masked sum over the batch per layer
             for layer, h in enumerate(hidden):
-                sums[layer, :T] += torch.einsum("bt,btd->td", weights, h).to(
-                    torch.float64
-                )
+                sums[layer, :T] += torch.einsum("bt,btd->td", weights, h).double()
             counts[:T] += mask.sum(0).to(torch.float64)
     return sums, counts
 
@@ -127,24 +117,20 @@ def positional_hidden_means(
     device: str = "auto",
     centre: str = "none",
 ) -> LayerMeans:
-    """Average ``model``'s hidden states at positions 0..n-1 over ``texts``, every
-    layer: texts truncated to ``n`` tokens, positions no sequence reaches dropped;
-    ``centre="global"`` subtracts each layer's count-weighted mean over positions.
+    """Every layer's mean hidden state at positions 0..n-1 over ``texts`` (truncated to
+    ``n`` tokens; unreached positions dropped; ``centre``: :meth:`LayerMeans.centred`).
     Chapter: *Positions layer by layer*."""
     n, batch_size = check_probe(model, n, batch_size, centre)
     texts = check_texts(texts)
-    # the computation
     dev = select_device(device)
     model = model.to(dev)
-    order = np.argsort(
-        token_lengths(tokenizer, texts, n, special_tokens), kind="stable"
-    )
+    lengths = token_lengths(tokenizer, texts, n, special_tokens)
+    order = np.argsort(lengths, kind="stable")
     starts = range(0, len(texts), batch_size)
     batches = [[texts[i] for i in order[s : s + batch_size]] for s in starts]
     sums, counts = layer_sums(model, tokenizer, batches, n, special_tokens, dev)
-    result = layer_means(
-        sums, counts, probe_params(model, texts, n, batch_size, special_tokens)
-    )
+    params = probe_params(model, texts, n, batch_size, special_tokens)
+    result = layer_means(sums, counts, params)
     return result.centred() if centre == "global" else result
 
 
@@ -183,24 +169,14 @@ def probe_groups(
     groups = integer(
         groups, "groups", 2, len(texts), fix="at least 2, at most one per text"
     )
-    # the computation
     perm = np.random.default_rng(seed).permutation(len(texts))
-    return [
-        positional_hidden_means(
-            model,
-            tokenizer,
-            [texts[i] for i in np.sort(idx)],
-            n=n,
-            batch_size=batch_size,
-            device=device,
-        )
-        for idx in np.array_split(perm, groups)
-    ]
+    subsets = ([texts[i] for i in np.sort(idx)] for idx in np.array_split(perm, groups))
+    kw = {"n": n, "batch_size": batch_size, "device": device}
+    return [positional_hidden_means(model, tokenizer, s, **kw) for s in subsets]
 
 
 def _stacked_sums(parts: Sequence[LayerMeans]) -> tuple[np.ndarray, np.ndarray]:
-    """Per-part sums ``(parts, layers + 1, n, d)`` and counts ``(parts, n)``,
-    zero-padded to the longest part."""
+    """Sums ``(parts, layers + 1, n, d)``, counts ``(parts, n)``, zero-padded."""
     if len(parts) < 1:
         raise ValueError("need at least one LayerMeans")
     if any(p.centre != "none" for p in parts):

@@ -3,8 +3,10 @@ intervals. Chapter: *Positions in real text*."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
@@ -12,6 +14,9 @@ import scipy.sparse as sp
 from . import checks
 from .geometry import _dense, _sqrt_rows, hellinger_distances
 from .marginals import PositionalMarginals, TextCounts, _check_ids, _incidence
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -104,9 +109,7 @@ def bootstrap(
     """``statistic`` of ``replicates`` seeded resamples of the texts (the independent
     units). Chapter: *Positions in real text*."""
     weights = bootstrap_weights(counts.num_texts, replicates, seed)
-    return np.asarray(
-        [statistic(counts.marginals(w)) for w in weights], dtype=np.float64
-    )
+    return np.asarray([statistic(counts.marginals(w)) for w in weights], float)
 
 
 def _replicates(values: np.ndarray, level: float) -> np.ndarray:
@@ -120,8 +123,7 @@ def _replicates(values: np.ndarray, level: float) -> np.ndarray:
 def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """The percentile interval of ``values``. Chapter: *Positions in real text*."""
     tail = 100 * (1 - level) / 2
-    low, high = np.percentile(_replicates(values, level), [tail, 100 - tail], axis=0)
-    return low, high
+    return tuple(np.percentile(_replicates(values, level), [tail, 100 - tail], axis=0))
 
 
 def basic_interval(
@@ -191,8 +193,8 @@ class BootstrapNumbers:
     """The ``table`` (estimate, low, high, sd, shift) and ``replicates`` of named
     numbers. Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
 
-    table: "pd.DataFrame"
-    replicates: "pd.DataFrame"
+    table: pd.DataFrame
+    replicates: pd.DataFrame
 
 
 def bootstrap_numbers(
@@ -216,8 +218,8 @@ def bootstrap_numbers(
     values = bootstrap(counts, ordered, replicates, seed)
     estimate = np.array([point[k] for k in keys], dtype=np.float64)
     low, high = normal_interval(values, estimate, level)
-    columns = dict(estimate=estimate, low=low, high=high, sd=values.std(axis=0, ddof=1))
-    columns["shift"] = values.mean(axis=0) - estimate
+    sd, shift = values.std(axis=0, ddof=1), values.mean(axis=0) - estimate
+    columns = {"estimate": estimate, "low": low, "high": high, "sd": sd, "shift": shift}
     table = pd.DataFrame(columns, index=pd.Index(keys, name="number"))
     return BootstrapNumbers(table, pd.DataFrame(values, columns=keys))
 
@@ -227,12 +229,8 @@ def difference_interval(
 ) -> tuple[float, float, float]:
     """Estimate and paired normal interval of bootstrapped ``a - b`` (or ``a / b``).
     Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
-    reps, table = boot.replicates, boot.table
-    if ratio:
-        values = (reps[a] / reps[b]).to_numpy()
-        estimate = table.loc[a, "estimate"] / table.loc[b, "estimate"]
-    else:
-        values = (reps[a] - reps[b]).to_numpy()
-        estimate = table.loc[a, "estimate"] - table.loc[b, "estimate"]
+    op = operator.truediv if ratio else operator.sub
+    values = op(boot.replicates[a], boot.replicates[b]).to_numpy()
+    estimate = op(boot.table.loc[a, "estimate"], boot.table.loc[b, "estimate"])
     low, high = normal_interval(values, estimate, level)
     return float(estimate), float(low), float(high)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -62,8 +63,7 @@ def blas_thread_limit() -> int | None:
     if threads < 1:
         raise ValueError(
             f"{BLAS_THREADS_ENV}={value!r} is not a thread count: set it to an "
-            "integer >= 1, or "
-            "to 0 / 'default' for the BLAS library's own choice"
+            "integer >= 1, or to 0 / 'default' for the BLAS library's own choice"
         )
     return threads
 

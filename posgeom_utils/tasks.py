@@ -32,18 +32,14 @@ class TokenTask:
 
 
 def _task(X: np.ndarray, y: np.ndarray, split: int, *rest: Any) -> TokenTask:
-    """A :class:`TokenTask` whose first ``split`` rows are the train part; ``rest``:
-    vocab_size, max_len, description."""
+    """A :class:`TokenTask`, train part: the first ``split`` rows."""
     t = torch.as_tensor
     return TokenTask(t(X[:split]), t(y[:split]), t(X[split:]), t(y[split:]), *rest)
 
 
 def _split_point(count: int, eval_fraction: object, what: str) -> int:
     """Where the train part of ``count`` examples ends; neither part may be empty."""
-    fraction = checks.number(
-        eval_fraction, "eval_fraction", 0, 1, low_open=True, high_open=True
-    )
-    split = int(count * (1 - fraction))
+    split = int(count * (1 - checks.fraction(eval_fraction, "eval_fraction")))
     if split < 1 or split >= count:
         side = "train" if split < 1 else "eval"
         raise ValueError(
@@ -55,7 +51,7 @@ def _split_point(count: int, eval_fraction: object, what: str) -> int:
 def padded_ids(texts: Corpus | list[str], tokenizer: Any, max_len: int) -> np.ndarray:
     """Each text's ids without specials, truncated to ``max_len``, right-padded with -1.
     Chapter: *How many numbers does a positional encoding need?*."""
-    options = dict(add_special_tokens=False, truncation=True, padding="max_length")
+    options = {"add_special_tokens": False, "truncation": True, "padding": "max_length"}
     options.update(max_length=max_len, return_tensors="np")
     ids = tokenizer(check_texts(texts), **options)["input_ids"].astype(np.int64)
     # -1: padding, until compacted
@@ -82,8 +78,7 @@ def order_task(
     """Original (label 0) or shuffled (label 1)? Only word order can tell.
     Chapter: *Do distinct positions get distinct vectors?*."""
     checks.integer(min_len, "min_len", 2, max_len, fix="pass 2 <= min_len <= max_len")
-    # eval_fraction, before tokenizing
-    checks.number(eval_fraction, "eval_fraction", 0, 1, low_open=True, high_open=True)
+    checks.fraction(eval_fraction, "eval_fraction")  # before tokenizing
     rng = np.random.default_rng(seed)
     ids = padded_ids(corpus, tokenizer, max_len)
     ids = ids[(ids >= 0).sum(1) >= min_len]
@@ -156,19 +151,18 @@ def masked_task(
     if ids.min() < 0 or ids.max() >= V:
         raise ValueError(f"ids must lie in [0, V={V}), got [{ids.min()}, {ids.max()}]")
     checks.number(mask_rate, "mask_rate", 0, 1, low_open=True)
+    L = ids.shape[1]
     # a stream of its own: synthetic_corpus(seed=s) draws from default_rng(s + 1), and a
     # mask drawn from that stream would pick tokens by their value
     rng = np.random.default_rng([seed, _MASK_STREAM])
     shifted = ids.astype(np.int64) + 2
     masked = rng.random(ids.shape) < mask_rate
-    masked[np.arange(len(ids)), rng.integers(0, ids.shape[1], len(ids))] = True
+    masked[np.arange(len(ids)), rng.integers(0, L, len(ids))] = True
     X = np.where(masked, 1, shifted)
     y = np.where(masked, shifted, -100)
     split = _split_point(len(ids), eval_fraction, "sequences")
-    description = (
-        f"masked-language modelling (mask rate {mask_rate}, L={ids.shape[1]}, V={V})"
-    )
-    return _task(X, y, split, V + 2, ids.shape[1], description)
+    description = f"masked-language modelling (mask rate {mask_rate}, L={L}, V={V})"
+    return _task(X, y, split, V + 2, L, description)
 
 
 def presence_task(task: TokenTask, seed: int = 0) -> TokenTask:
@@ -192,10 +186,7 @@ def presence_task(task: TokenTask, seed: int = 0) -> TokenTask:
             raise ValueError(
                 f"token {word} is in all or none of a split's inputs: pass more"
             )
-        chosen = [
-            rng.choice(np.flatnonzero(y), n, replace=False),
-            rng.choice(np.flatnonzero(~y), n, replace=False),
-        ]
+        chosen = [rng.choice(np.flatnonzero(s), n, replace=False) for s in (y, ~y)]
         keep = np.sort(np.concatenate(chosen))
         return X[keep], y[keep].astype(np.int64)
 
@@ -203,7 +194,5 @@ def presence_task(task: TokenTask, seed: int = 0) -> TokenTask:
     description = (
         f"{task.description}, relabelled: does token {word} occur? (order-insensitive)"
     )
-    t = torch.as_tensor
-    return TokenTask(
-        t(Xt), t(yt), t(Xe), t(ye), task.vocab_size, task.max_len, description
-    )
+    tensors = map(torch.as_tensor, (Xt, yt, Xe, ye))
+    return TokenTask(*tensors, task.vocab_size, task.max_len, description)

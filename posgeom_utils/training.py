@@ -3,10 +3,10 @@ uninterrupted run's weights. Chapter: *Do distinct positions get distinct vector
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -114,39 +114,32 @@ def _loss(
 ) -> torch.Tensor:
     """Cross-entropy of sequence or token labels (``IGNORE``: not scored)."""
     if logits.dim() == 3:
-        return F.cross_entropy(
-            logits.transpose(1, 2), y, ignore_index=IGNORE, reduction=reduction
-        )
-    return F.cross_entropy(logits, y, reduction=reduction)
+        logits = logits.transpose(1, 2)
+    return F.cross_entropy(logits, y, ignore_index=IGNORE, reduction=reduction)
 
 
 def _save(
     path, model, optimizer, step, generator, history, config, running, track
 ) -> None:
-    state = dict(model=model.state_dict(), optimizer=optimizer.state_dict(), step=step)
-    state.update(
-        generator=generator.get_state(), history=asdict(history), config=asdict(config)
-    )
-    state.update(running=list(running), track=None if track is None else list(track))
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    state.update(step=step, generator=generator.get_state(), history=asdict(history))
+    state.update(config=asdict(config), running=list(running))
+    state.update(track=None if track is None else list(track))
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
 def _resume(
     path, model, optimizer, generator, config, device, track
 ) -> tuple[History, int, list]:
-    """History, step and running losses of the checkpoint at ``path``, restored into the
-    model, optimiser, generator and ``track`` in place; a fresh start when there is none
-    or it does not load (then with a warning)."""
+    """Restore the checkpoint at ``path`` in place (none: a fresh start)."""
     load = partial(torch.load, map_location=device, weights_only=False)
     state = None if path is None else read_or_discard(path, load)
     if state is None:
         return History(), 0, []
     changed = [k for k in _RESUME_KEYS if state["config"].get(k) != getattr(config, k)]
     if changed:
-        folder = config.checkpoint_dir
-        raise ValueError(
-            f"{folder!r} holds a run with different {changed}: use another folder"
-        )
+        why = f"holds a run with different {changed}: use another folder"
+        raise ValueError(f"{config.checkpoint_dir!r} {why}")
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     generator.set_state(state["generator"])
@@ -188,9 +181,8 @@ def _train(model, X_train, y_train, X_eval, y_eval, config, callback, track) -> 
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay
     )
     generator = torch.Generator().manual_seed(config.seed)
-    path = (
-        Path(config.checkpoint_dir) / "checkpoint.pt" if config.checkpoint_dir else None
-    )
+    folder = config.checkpoint_dir
+    path = Path(folder) / "checkpoint.pt" if folder else None
     history, start, running = _resume(
         path, model, optimizer, generator, config, device, track
     )
@@ -227,10 +219,9 @@ def _train(model, X_train, y_train, X_eval, y_eval, config, callback, track) -> 
 
 
 def accuracy_interval(accuracy: np.ndarray, n_eval: int) -> tuple[float, float]:
-    """Mean held-out accuracy over seeds and its 95% half-width from both noises:
-    seed-to-seed spread (:func:`~posgeom_utils.sampling.t_interval`) and the shared
-    evaluation set (binomial error of ``n_eval`` examples at the mean). Chapter: *Why a
-    Transformer needs positions*."""
+    """Mean held-out accuracy over seeds and its 95% half-width from the seed spread and
+    the binomial error of the ``n_eval`` shared evaluation examples.
+    Chapter: *Why a Transformer needs positions*."""
     mean, seeds = t_interval(accuracy)
     shared = 1.959964 * np.sqrt(mean * (1 - mean) / n_eval)
     return mean, float(np.hypot(seeds if len(accuracy) > 1 else 0.0, shared))

@@ -34,10 +34,9 @@ class SelfAttention(nn.Module):
     ):
         super().__init__()
         self.n_heads, self.d_head = n_heads, d // n_heads
-        self.causal, self.dropout = causal, dropout
+        self.causal, self.dropout, self.rope, self.alibi = causal, dropout, rope, alibi
         self.qkv = nn.Linear(d, 3 * d)
         self.out = nn.Linear(d, d)
-        self.rope, self.alibi = rope, alibi
         if rope:
             positions = torch.arange(max_len, dtype=torch.float64)[:, None]
             angles = positions * torch.as_tensor(frequencies(self.d_head))
@@ -61,10 +60,7 @@ class SelfAttention(nn.Module):
             self.qkv(x).view(B, L, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
         )
         if self.rope:
-            q, k = (
-                _rotate(q, self.cos[:L], self.sin[:L]),
-                _rotate(k, self.cos[:L], self.sin[:L]),
-            )
+            q, k = (_rotate(t, self.cos[:L], self.sin[:L]) for t in (q, k))
         mask = None
         if self.alibi:
             mask = self.bias[:, :L, :L].unsqueeze(0).expand(B, -1, -1, -1)
@@ -106,11 +102,11 @@ def _check_arguments(
     """Refuse an inconsistent set-up; return ``table`` as float32."""
     checks.choice(positional, "positional", POSITIONAL)
     checks.choice(task, "task", TASKS)
-    if d % n_heads:
-        raise checks.fail("d", f"divisible by n_heads={n_heads}", d, "change n_heads")
-    if positional == "rope" and (d // n_heads) % 2:
+    divides = f"divisible by n_heads={n_heads}"
+    checks.multiple(d, "d", n_heads, divides, "change n_heads")
+    if positional == "rope":
         fix = "RoPE rotates pairs of coordinates: change d or n_heads"
-        raise checks.fail("d // n_heads", "an even head width", d // n_heads, fix)
+        checks.multiple(d // n_heads, "d // n_heads", 2, "an even head width", fix)
     for name, value, users, example in (
         ("table", table, ("mds", "lowrank"), "e.g. encodings.mds_encoding(D, d)"),
         ("rank", rank, ("lowrank",), "the r of P = A B^T"),
