@@ -59,63 +59,45 @@ Exit status: 0 when every chapter ran or was skipped, 1 when a chapter failed, 2
 """
 
 #: the options of a command, one per row: (flag, help, keywords of ``add_argument``)
+# fmt: off
 TOKEN_OPTIONS = (
-    (
-        "--policy",
-        "special tokens: keep what the model sees ([CLS] ... [SEP]) or drop them",
-        {"choices": ("keep", "drop"), "default": "keep"},
-    ),
-    (
-        "--view",
-        "texts longer than n: what the model sees ([SEP] at n - 1) or the text's first n tokens",
-        {"choices": ("model", "corpus"), "default": "model"},
-    ),
+    ("--policy", "special tokens: keep what the model sees ([CLS] ... [SEP]) or drop them",
+     {"choices": ("keep", "drop"), "default": "keep"}),
+    ("--view", "texts longer than n: what the model sees ([SEP] at n - 1) or the text's first n tokens",
+     {"choices": ("model", "corpus"), "default": "model"}),
 )
 STRESS_OPTIONS = (
-    (
-        "--model",
-        "a Hugging Face id or local folder (offline: sentence-transformers/all-MiniLM-L6-v2)",
-        {"required": True, "metavar": "ID_OR_PATH"},
-    ),
-    (
-        "--corpus",
-        "sst2, imdb, or a UTF-8 text file with one text per line",
-        {"required": True, "metavar": "sst2|imdb|FILE"},
-    ),
+    ("--model", "a Hugging Face id or local folder (offline: sentence-transformers/all-MiniLM-L6-v2)",
+     {"required": True, "metavar": "ID_OR_PATH"}),
+    ("--corpus", "sst2, imdb, or a UTF-8 text file with one text per line",
+     {"required": True, "metavar": "sst2|imdb|FILE"}),
     ("--split", "split of sst2 or imdb (default: train)", {"default": "train"}),
     ("--n", "positions 0..n-1 (default: 128)", {"type": int, "default": 128}),
     *TOKEN_OPTIONS,
-    (
-        "--min-count",
-        "keep the positions that K texts reach (default: 20)",
-        {"type": int, "default": 20, "metavar": "K"},
-    ),
+    ("--min-count", "keep the positions that K texts reach (default: 20)",
+     {"type": int, "default": 20, "metavar": "K"}),
     ("--sample-size", "a seeded sample of N texts", {"type": int, "metavar": "N"}),
     ("--data-dir", "sst2/imdb here (default: $POSGEOM_DATA_DIR)", {"metavar": "DIR"}),
     ("--json", "print one JSON object, not the table", {"action": "store_true"}),
     ("--plot", "save D_H beside the model's distances", {"metavar": "FILE.png"}),
 )
 RUN_OPTIONS = (
-    (
-        "--profile",
-        "smoke (seconds), default (the book build) or paper (full scale, a GPU)",
-        {"required": True, "choices": sorted(PROFILES)},
-    ),
+    ("--profile", ("smoke (seconds), default (a chapter in minutes on a laptop), reference "
+                   "(what the book shows: each chapter's parameters cell, memoised) or paper "
+                   "(full scale, a GPU)"), {"required": True, "choices": sorted(PROFILES)}),
     ("--chapters", "default: every chapter", {"nargs": "+", "metavar": "CHAPTER"}),
     ("--device", "where models train", {"choices": ("auto", "cpu", "cuda")}),
     ("--model", "the chapters' model_name", {"metavar": "ID_OR_PATH"}),
     ("--out", "output folder (default: runs/<profile>-<date>)", {"metavar": "DIR"}),
-    (
-        "--cap",
-        f"bound every size parameter ({', '.join(SIZE_PARAMETERS)}) by N; recorded",
-        {"type": int, "metavar": "N"},
-    ),
+    ("--cap", f"bound every size parameter ({', '.join(SIZE_PARAMETERS)}) by N; recorded",
+     {"type": int, "metavar": "N"}),
     ("--force", "rerun current chapters, retrain anew", {"action": "store_true"}),
     ("--source-dir", "the MyST chapters (default: notebooks/)", {"metavar": "DIR"}),
     ("--executor", "where independent runs train", {"choices": ("serial", "dask")}),
     ("--workers", "Dask workers with --executor dask", {"type": int, "metavar": "N"}),
     ("--scheduler", "a Dask scheduler, with --executor dask", {"metavar": "ADDRESS"}),
 )
+# fmt: on
 
 
 class UsageError(Exception):
@@ -163,12 +145,9 @@ def output_place(option: str, value: Any, folder: bool = False) -> Path:
 
 def check_cache() -> None:
     """Make sure the cache folder is writable. Chapter: *Reproduction ledger*."""
-    try:
+    fix = f"); set {CACHE_ENV} to a writable folder"
+    with usage(f"{CACHE_ENV}: cannot create the cache folder (", fix, (OSError,)):
         folder = cache_dir()
-    except OSError as exc:
-        fix = f"set {CACHE_ENV} to a writable folder"
-        message = f"{CACHE_ENV}: cannot create the cache folder ({exc}); {fix}"
-        raise UsageError(message) from exc
     output_place(CACHE_ENV, folder, folder=True)
 
 
@@ -392,11 +371,9 @@ def _run(args: argparse.Namespace) -> int:
     source = Path(args.source_dir).expanduser() if args.source_dir else None
     given = ("command", "func", "profile", "out", "source_dir")
     options = {k: v for k, v in vars(args).items() if k not in given}
-    log = functools.partial(print, flush=True)
+    options["log"] = functools.partial(print, flush=True)
     try:
-        summary = run_chapters(
-            args.profile, out=out, source_dir=source, log=log, **options
-        )
+        summary = run_chapters(args.profile, out=out, source_dir=source, **options)
     except RunError as exc:
         raise UsageError(f"{exc.argument}: {exc}") from exc
     return 0 if summary.ok else 1

@@ -11,15 +11,12 @@ from ..checks import choice
 
 #: the paper's model (needs the Hugging Face hub or a local copy)
 BERT = "bert-base-uncased"
+# fmt: off
 #: parameters that size a run; ``posgeom run --cap`` bounds each (``None`` becomes it)
-SIZE_PARAMETERS = tuple(
-    "sample_size task_size train_steps finetune_steps "  # noqa: SIM905
-    "synthetic_sequences planted_sequences num_sequences other_sample_size "
-    "width_steps".split()
-)
+SIZE_PARAMETERS = ("sample_size", "task_size", "train_steps", "finetune_steps", "synthetic_sequences",
+                   "planted_sequences", "num_sequences", "other_sample_size", "width_steps")
 
 # a table, one chapter per line
-# fmt: off
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "smoke": {
         "positions_in_real_text": {"sample_size": 3000, "n": 128, "min_count": 20, "replicates": 30},

@@ -33,13 +33,8 @@ from .sweeps import dask_client, start_local_cluster
 local_cluster = start_local_cluster  # the chapter's name
 EXECUTORS = ("dask", "serial")
 #: file name endings -> shard kind (after removing a compression suffix)
-SUFFIX_KINDS = {
-    ".txt": "text",
-    ".text": "text",
-    ".jsonl": "jsonl",
-    ".json": "jsonl",
-    ".tsv": "tsv",
-}
+SUFFIX_KINDS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".json": "jsonl"}
+SUFFIX_KINDS[".tsv"] = "tsv"
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".lz4")
 #: what a file system may report about a file's version (part of the cache key)
 VERSION_FIELDS = (
@@ -285,7 +280,7 @@ def count_shard(
         where = f"counting shard {shard.name!r} failed after {stats['texts']} texts"
         raise ShardError(f"{where}: {type(exc).__name__}: {exc}") from exc
     lengths = np.arange(result.length_hist.size)
-    stats["tokens"] = int((lengths * result.length_hist).sum())  # specials included
+    stats["tokens"] = int(lengths @ result.length_hist)  # specials included
     stats["seconds"] = time.perf_counter() - start
     stats["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     stats["pid"] = os.getpid()
@@ -325,8 +320,7 @@ def sharded_marginals(
     # the single-process counter's checks (n, policies, view, buffer_tokens)
     _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view)
     integer(batch_size, "batch_size")
-    if min_count is not None:
-        integer(min_count, "min_count")
+    integer(min_count, "min_count", optional=True)
     fix = "a tree needs at least 2 children per node"
     integer(split_every, "split_every", 2, fix=fix)
     shards = _as_shards(shards)

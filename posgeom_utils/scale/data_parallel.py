@@ -33,13 +33,6 @@ if TYPE_CHECKING:  # torch is imported when needed: `--help` stays quick
     from ..finetune import PretrainedClassifier
     from ..training import History, TrainConfig
 
-__all__ = [
-    "batch_share",
-    "data_parallel_finetune",
-    "data_parallel_hidden_means",
-    "main",
-]
-
 
 def _get_accelerator(accelerator: Any, cpu: bool = False) -> Any:
     """``accelerator``, or a new one, on CPU if asked or if no GPU is visible."""
@@ -159,8 +152,7 @@ def _sharded(model: PretrainedClassifier, rank: int, processes: int) -> tuple:
             if len(rows):
                 mine = self.module(rows).float()
             else:  # fewer rows than processes
-                classes = self.module.num_classes
-                mine = torch.zeros((0, classes), device=input_ids.device)
+                mine = torch.zeros((0, self.module.num_classes), device=rows.device)
             padded = mine.new_zeros((max(sizes), *mine.shape[1:]))
             padded[: len(mine)] = mine.detach()
             everyone = [torch.empty_like(padded) for _ in sizes]
@@ -227,11 +219,9 @@ def data_parallel_finetune(
             yield net, settings
         acc.wait_for_everyone()
 
+    data = (model_name, texts_train, y_train, texts_eval, y_eval, config)
     options = dict(max_len=max_len, record_every=record_every, n_record=n_record)
-    data = (texts_train, y_train, texts_eval, y_eval)
-    return finetune(
-        model_name, *data, config, num_classes=num_classes, wrap=wrap, **options
-    )
+    return finetune(*data, num_classes=num_classes, wrap=wrap, **options)
 
 
 # ------------------------------------------------------------------------- command line
@@ -289,10 +279,10 @@ def _provenance(acc: Any, args: argparse.Namespace, corpus: Corpus, **extra) -> 
     return {**run, "versions": versions, **extra}
 
 
-def _probe(args: argparse.Namespace, accelerator: Any) -> None:
+def _probe(args: argparse.Namespace, acc: Any) -> None:
     corpus = _corpus(args, labelled=False)
     special = not args.no_special_tokens
-    options = (args.batch_size, special, args.centre, accelerator)
+    options = (args.batch_size, special, args.centre, acc)
     try:
         result = data_parallel_hidden_means(
             args.model, None, corpus.texts, args.positions, *options
@@ -302,10 +292,8 @@ def _probe(args: argparse.Namespace, accelerator: Any) -> None:
         flag = flags.get(str(exc).split(" ")[0])
         raise ValueError(f"{flag}: {exc}" if flag else str(exc)) from exc
     settings = dict(n=args.positions, batch_size=args.batch_size, centre=args.centre)
-    provenance = _provenance(
-        accelerator, args, corpus, special_tokens=special, **settings
-    )
-    if accelerator.is_main_process:
+    provenance = _provenance(acc, args, corpus, special_tokens=special, **settings)
+    if acc.is_main_process:
         out, blob = Path(args.out), np.array(json.dumps(provenance, sort_keys=True))
         arrays = dict(means=result.means, counts=result.counts, provenance=blob)
         atomic_write(out, lambda tmp: np.savez(tmp, **arrays))
@@ -313,7 +301,7 @@ def _probe(args: argparse.Namespace, accelerator: Any) -> None:
         print(f"wrote {out} and {out.with_suffix('.json')}: means {result.means.shape}")
 
 
-def _finetune(args: argparse.Namespace, accelerator: Any) -> None:
+def _finetune(args: argparse.Namespace, acc: Any) -> None:
     import torch
 
     from ..finetune import save_records
@@ -331,7 +319,7 @@ def _finetune(args: argparse.Namespace, accelerator: Any) -> None:
         evaluation = load_corpus(args.dataset, split, data_dir=args.data_dir)
         evaluation = evaluation.sample(args.eval_sample, seed=args.seed)
     # `accelerate launch --mixed_precision` is the command line's autocast switch
-    precision = str(getattr(accelerator, "mixed_precision", "no"))
+    precision = str(getattr(acc, "mixed_precision", "no"))
     if precision not in ("no", "bf16"):
         raise ValueError(
             f"--mixed_precision {precision}: fine-tuning autocasts to bf16 or not at "
@@ -344,13 +332,13 @@ def _finetune(args: argparse.Namespace, accelerator: Any) -> None:
     )
     texts = (train.texts, train.labels, evaluation.texts, evaluation.labels)
     model, history, records = data_parallel_finetune(
-        args.model, *texts, config, max_len=args.max_len, accelerator=accelerator
+        args.model, *texts, config, max_len=args.max_len, accelerator=acc
     )
     settings.update(max_len=args.max_len, per_process_batch=args.batch_size)
-    settings["global_batch"] = args.batch_size * accelerator.num_processes
+    settings["global_batch"] = args.batch_size * acc.num_processes
     evaluated = {"source": evaluation.source, "num_texts": len(evaluation)}
-    provenance = _provenance(accelerator, args, train, eval_texts=evaluated, **settings)
-    if accelerator.is_main_process:
+    provenance = _provenance(acc, args, train, eval_texts=evaluated, **settings)
+    if acc.is_main_process:
         out = Path(args.out)
         write_json(out, {"provenance": provenance, "history": asdict(history)})
         save_records(out.with_suffix(".npz"), dict(records))

@@ -69,9 +69,8 @@ def worker_environments(
     """Each worker's environment: :data:`THREAD_ENV`, and with ``k >= 1`` ``gpus``
     (default: torch's) worker ``i`` sees GPU ``i mod k`` only; by default one worker per
     GPU, else per CPU core. Chapter: *Beyond one machine*."""
-    if workers is not None:
-        fix = "pass e.g. workers=2, or None for one per core"
-        workers = integer(workers, "workers", fix=fix)
+    fix = "pass e.g. workers=2, or None for one per core"
+    workers = integer(workers, "workers", fix=fix, optional=True)
     if gpus is None:
         import torch
 
