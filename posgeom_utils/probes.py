@@ -122,6 +122,7 @@ def positional_hidden_means(
     Chapter: *Positions layer by layer*."""
     n, batch_size = check_probe(model, n, batch_size, centre)
     texts = check_texts(texts)
+    # the computation
     dev = select_device(device)
     model = model.to(dev)
     lengths = token_lengths(tokenizer, texts, n, special_tokens)
@@ -169,6 +170,7 @@ def probe_groups(
     groups = integer(
         groups, "groups", 2, len(texts), fix="at least 2, at most one per text"
     )
+    # the computation
     perm = np.random.default_rng(seed).permutation(len(texts))
     subsets = ([texts[i] for i in np.sort(idx)] for idx in np.array_split(perm, groups))
     kw = {"n": n, "batch_size": batch_size, "device": device}
