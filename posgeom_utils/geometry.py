@@ -298,7 +298,7 @@ class ViolationRate:
 
 def _as_distances(X: np.ndarray, input_kind: str, near: float = 1e-3) -> np.ndarray:
     """``X`` as distances: itself, its rows' or (``auto``) whichever it plainly is; an
-    error when it is within ``near`` (relative) of a distance matrix without being one."""
+    error when it is within ``near`` (relative) of a distance matrix but is not one."""
     X = np.asarray(X, dtype=np.float64)
     checks.choice(input_kind, "input_kind", ("auto", "encoding", "distances"))
     # the computation
