@@ -66,7 +66,9 @@ def _layout(counts: TextCounts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return pos, cols, indptr
 
 
-def _add(tally: np.ndarray, root: np.ndarray, rows: sp.csr_array, w) -> None:
+def _add(
+    tally: np.ndarray, root: np.ndarray, rows: sp.csr_array, w: np.ndarray
+) -> None:
     """Add the texts ``rows`` (weights ``w``: half a, half b) to the running pair
     counts ``tally`` (a, b) and update their square roots ``root`` (a, b, pooled)."""
     touched, where = np.unique(rows.indices, return_inverse=True)
@@ -77,7 +79,14 @@ def _add(tally: np.ndarray, root: np.ndarray, rows: sp.csr_array, w) -> None:
     root[2, touched] = np.sqrt(tally[0, touched] + tally[1, touched])
 
 
-def _column(root, size, pos, cols, indptr, V) -> tuple[np.ndarray, np.ndarray, float]:
+def _column(
+    root: np.ndarray,
+    size: np.ndarray,
+    pos: np.ndarray,
+    cols: np.ndarray,
+    indptr: np.ndarray,
+    V: int,
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Corrected and plug-in squared distances of positions i < j to j, and the floor
     of j, in the stratum held by ``root`` (j = len(indptr) - 2)."""
     j, hi = len(indptr) - 2, int(indptr[-1])
@@ -129,7 +138,9 @@ def _order(num_texts: int, seed: int) -> np.ndarray:
     return np.random.default_rng([seed, 1]).permutation(num_texts)
 
 
-def _before(counts: TextCounts, halves, seed: int) -> tuple[np.ndarray, ...]:
+def _before(
+    counts: TextCounts, halves: np.ndarray, seed: int
+) -> tuple[np.ndarray, ...]:
     """Per entry (text t, pair k at position i) of the incidence, drawn texts only, by
     position and half: k, t's half, t's weight w and the weight of the texts of t's half
     that reach i and precede t in pi (``before``). Thinned to c texts, t counts
@@ -151,7 +162,9 @@ def _before(counts: TextCounts, halves, seed: int) -> tuple[np.ndarray, ...]:
     return key, half, w, before
 
 
-def _events(counts: TextCounts, halves, reach, seed: int) -> tuple[np.ndarray, ...]:
+def _events(
+    counts: TextCounts, halves: np.ndarray, reach: np.ndarray, seed: int
+) -> tuple[np.ndarray, ...]:
     """What the sweep adds at each column j (n - 1 down to 0) as the thinned counts
     c_j = ``reach[:, j]`` grow: per column, from ``bounds[n - 1 - j]`` on, the flat
     index ``slot`` (half * K + pair index) and the increment ``delta`` of its count."""

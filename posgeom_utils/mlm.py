@@ -27,7 +27,9 @@ from .transformer import PositionalTransformer
 PAD, MASK, SHIFT = 0, 1, 2
 
 
-def cut_vocabulary(ids: np.ndarray, K: int, keep: np.ndarray | None = None):
+def cut_vocabulary(
+    ids: np.ndarray, K: int, keep: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Token ids (-1: padding) mapped to ranks 0..K-1 of the ``K`` commonest tokens
     (``keep``, else counted here), others to ``K``; returns (ids, keep). Chapter: *Does
     a trained Transformer learn its corpus's geometry?*."""
@@ -67,7 +69,9 @@ def _rows(counts: np.ndarray) -> np.ndarray:
     return counts / counts.sum(1, keepdims=True)
 
 
-def reference_geometries(ids: np.ndarray, V: int, splits: int = 3, seed: int = 0):
+def reference_geometries(
+    ids: np.ndarray, V: int, splits: int = 3, seed: int = 0
+) -> dict[str, np.ndarray]:
     """Corpus geometries for a trained table: split-half corrected Hellinger (mean over
     ``splits`` halvings), L2 and log-ratio (add-one-half counts) of the ``mu_i``, and
     ``|i - j|``. Chapter: *Does a trained Transformer learn its corpus's geometry?*."""
@@ -137,7 +141,9 @@ def scores(P: np.ndarray, references: dict[str, np.ndarray]) -> dict[str, float]
     return out
 
 
-def mask_batch(x: torch.Tensor, rate: float, generator: torch.Generator):
+def mask_batch(
+    x: torch.Tensor, rate: float, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Mask each real token with probability ``rate`` (at least one per text): the
     inputs with ``MASK`` there, and the mask. Chapter: *Does a trained Transformer learn
     its corpus's geometry?*."""

@@ -36,7 +36,9 @@ class SplitHalfHellinger:
         return D
 
 
-def split_half_hellinger(mu_a, mu_b, weight_a: float = 0.5) -> SplitHalfHellinger:
+def split_half_hellinger(
+    mu_a: np.ndarray, mu_b: np.ndarray, weight_a: float = 0.5
+) -> SplitHalfHellinger:
     """Noise-corrected squared Hellinger distances from two disjoint halves ``mu_a``,
     ``mu_b``. Chapter: *Positions in real text*."""
     checks.probability_rows(mu_a, "mu_a")
