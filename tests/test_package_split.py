@@ -2,7 +2,7 @@
 
 ``posgeom_utils`` (the science) imports nothing from ``posgeom_utils.repro`` (the reproduction machinery). The
 freshness of committed results and the build's execution cache are keyed by normalised code (the chapter's
-code cells, the package modules they import, the pins): a docstring, a reformat or a move of a function keeps
+code cells, the package modules they import, the pins): a docstring, a type hint, a reformat or a move of a function keeps
 them; one new constant invalidates them (README, *How this book is built*).
 """
 
@@ -115,7 +115,7 @@ def _build(root: Path, python: Path) -> bool:
 
 
 def _edit(path: Path, how: str) -> None:
-    """Edit a module without changing what it does (docstring, comment, reformat) or with a change of behaviour
+    """Edit a module without changing what it does (docstring, comment, reformat, type hints) or with a change of behaviour
     (a new constant)."""
     text = path.read_text()
     tree = ast.parse(text)
@@ -126,6 +126,13 @@ def _edit(path: Path, how: str) -> None:
         line = doc.lineno - 1
         lines[line] = lines[line].replace('"""', '"""Reworded. ', 1)
         text = "".join(lines) + "\n# a comment\n"
+    elif how == "hints":  # every signature's type hints gone
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef):
+                node.returns = None
+                for arg in node.args.args + node.args.kwonlyargs:
+                    arg.annotation = None
+        text = ast.unparse(tree)
     elif how == "reformat":
         text = ast.unparse(tree)  # another layout, the comments gone
     elif how == "behaviour":
@@ -145,7 +152,7 @@ def _move_a_function(source: Path, target: Path) -> str:
     return function.name
 
 
-@pytest.mark.parametrize("how", ["docstring", "reformat"])
+@pytest.mark.parametrize("how", ["docstring", "reformat", "hints"])
 def test_an_edit_that_changes_no_behaviour_keeps_results_fresh(tmp_path, how):
     root = _checkout(tmp_path)
     chapter = root / "notebooks" / "chapter.md"

@@ -2,11 +2,12 @@
 pinned environment.
 
 Chapter: *Reproduction ledger*. Code is compared as normalised source: parsed,
-docstrings removed and printed back (``ast.unparse``), so comments, docstrings and
-formatting cannot change a hash. A module counts by its top-level definitions, sorted,
-without its imports and ``__all__``: moving a function between two modules the chapter
-imports keeps the hash, and any change of behaviour (a constant, an operation) changes
-it. ``python -m posgeom_utils.repro.sources`` prints :func:`package_hash`
+docstrings and signature type hints removed and printed back (``ast.unparse``), so
+comments, docstrings, type hints and formatting cannot change a hash. A module counts by
+its top-level definitions, sorted, without its imports and ``__all__``: moving a
+function between two modules the chapter imports keeps the hash, and any change of
+behaviour (a constant, an operation) changes it. ``python -m
+posgeom_utils.repro.sources`` prints :func:`package_hash`
 (``scripts/build_book.sh`` clears the execution cache when it changes)."""
 
 from __future__ import annotations
@@ -28,8 +29,16 @@ _BODIES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def _strip(tree: ast.AST) -> ast.AST:
-    """``tree`` without docstrings (module, class and function bodies)."""
+    """``tree`` without docstrings (module, class and function bodies) and without the
+    type hints of function signatures (strings under ``from __future__ import
+    annotations``, never evaluated; a dataclass's field annotations are kept)."""
     for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
+                if arg is not None:
+                    arg.annotation = None
+            node.returns = None
         body = getattr(node, "body", None)
         first = body[0] if isinstance(node, _BODIES) and body else None
         doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
