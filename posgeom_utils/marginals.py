@@ -149,11 +149,15 @@ class PositionalMarginals:
     def save(self, path: Path) -> Path:
         """Write ``path`` (``.npz``) atomically. Chapter: *Positions in real text*."""
         c = self.counts
-        arrays = dict(
-            data=c.data, indices=c.indices, indptr=c.indptr, shape=np.array(c.shape)
-        )
-        arrays.update(support=self.support, length_hist=self.length_hist)
-        arrays["params"] = np.array(json.dumps(self.params, default=str))
+        arrays = {
+            "data": c.data,
+            "indices": c.indices,
+            "indptr": c.indptr,
+            "shape": np.array(c.shape),
+            "support": self.support,
+            "length_hist": self.length_hist,
+            "params": np.array(json.dumps(self.params, default=str)),
+        }
 
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as fh:
@@ -338,9 +342,16 @@ def counting_params(
     the policies, the tokenizer's content hash. Chapter: *Positions in real text*."""
     n, V = checks.integer(n, "n"), len(tokenizer)
     name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
-    params = dict(n=n, V=V, special_tokens=special_tokens, align=align, view=view)
-    params.update(tokenizer=name, tokenizer_sha=_tokenizer_fingerprint(tokenizer))
-    return {**params, "version": CACHE_VERSION}
+    return {
+        "n": n,
+        "V": V,
+        "special_tokens": special_tokens,
+        "align": align,
+        "view": view,
+        "tokenizer": name,
+        "tokenizer_sha": _tokenizer_fingerprint(tokenizer),
+        "version": CACHE_VERSION,
+    }
 
 
 def count_batches(
@@ -418,6 +429,12 @@ def positional_marginals(
     return _apply_min_count(result, min_count)
 
 
+def _support(model_lengths: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
+    """Per position j < n, the weight of the texts reaching it (model length > j)."""
+    reached = np.bincount(model_lengths, weights=weights, minlength=n + 1)
+    return reached[::-1].cumsum()[::-1][1:].astype(np.int64)
+
+
 def _check_weights(weights: Any, N: int) -> np.ndarray:
     """``weights`` as N int64 counts >= 0: how often each of N texts is drawn."""
     weights = np.asarray(weights)
@@ -466,8 +483,7 @@ class TextCounts:
         totals = self.incidence.T @ weights  # (K,) count of each pair
         keep = totals > 0
         counts = _csr(self.keys[keep], totals[keep], self.n, self.V)
-        reached = np.bincount(self.model_lengths, weights=weights, minlength=self.n + 1)
-        support = reached[::-1].cumsum()[::-1][1:].astype(np.int64)
+        support = _support(self.model_lengths, weights, self.n)
         length_hist = np.bincount(self.full_lengths, weights=weights).astype(np.int64)
         return PositionalMarginals(counts, support, length_hist, dict(self.params))
 

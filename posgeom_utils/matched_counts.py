@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import checks
-from .marginals import TextCounts, _check_weights
+from .marginals import TextCounts, _check_weights, _support
 from .sampling import (
     SplitHalfHellinger,
     bootstrap_weights,
@@ -32,7 +32,7 @@ def _halves(
     fills its positions 0..L-1, each position has >= 2 drawn texts per half."""
     seed = checks.integer(seed, "seed", 0)
     w = np.ones(counts.num_texts, dtype=np.int64) if weights is None else weights
-    _check_weights(w, counts.num_texts)  # one integer >= 0 per text
+    w = _check_weights(w, counts.num_texts)  # int64: one integer >= 0 per text
     halves = np.stack(split_texts(counts.num_texts, seed)) * w
     L, inc = counts.model_lengths, counts.incidence
     per_text = np.diff(inc.indptr)
@@ -44,7 +44,7 @@ def _halves(
             "0..model_lengths-1: build it with text_counts or text_counts_from_ids"
         )
     reach = np.zeros((2, counts.n + 1), dtype=np.int64)
-    reach[:, :-1] = [counts.marginals(half).support for half in halves]
+    reach[:, :-1] = [_support(L, half, counts.n) for half in halves]
     if reach[:, :-1].min() < 2:
         h, j = np.unravel_index(np.argmax(reach[:, :-1] < 2), reach[:, :-1].shape)
         raise ValueError(

@@ -233,6 +233,9 @@ def test_with_equal_counts_it_is_the_split_half_estimate(matched):
                 getattr(ours, name), getattr(theirs, name), rtol=0, atol=1e-12
             )
     assert not np.allclose(matched(counts, 1).H2, matched(counts, 7).H2)
+    # any integer dtype is a weight, as for TextCounts.marginals (uint64 once was not)
+    unsigned = matched(counts, 2, w.astype(np.uint64))
+    np.testing.assert_array_equal(unsigned.H2, matched(counts, 2, w).H2)
 
 
 @pytest.mark.parametrize("matched", MATCHED)
