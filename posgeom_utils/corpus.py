@@ -308,8 +308,15 @@ def synthetic_corpus(
     checks.integer(num_sequences, "num_sequences")
     mu = synthetic_mu(kind, n, V, seed=seed, rank=rank, strength=strength)
     ids = draw_positions(mu, np.random.default_rng(seed + 1).random((num_sequences, n)))
-    params = dict(kind=kind, n=n, V=V, num_sequences=num_sequences, seed=seed)
-    params.update(rank=rank, strength=strength)
+    params = {
+        "kind": kind,
+        "n": n,
+        "V": V,
+        "num_sequences": num_sequences,
+        "seed": seed,
+        "rank": rank,
+        "strength": strength,
+    }
     return SyntheticCorpus(kind, ids, mu, params)
 
 

@@ -224,13 +224,25 @@ def finetune(
     device: str | None = None,
     wrap: Callable[[FinetuneSetup], Any] | None = None,
 ) -> tuple[PretrainedClassifier, History, list[tuple[int, np.ndarray]]]:
-    """``(model, history, records)``, records: ``(step, table)`` of ``n_record`` rows at
-    step 0 and each evaluation (resumable); ``wrap(run)`` yields the module and settings
-    to train. Chapter: *Do distinct positions get distinct vectors?*."""
-    options = {"max_len": max_len, "record_every": record_every, "n_record": n_record}
-    options.update(num_classes=num_classes, device=device)
+    """Fine-tune ``model_name`` with a seeded linear head (:func:`prepare_finetune`,
+    then :func:`~posgeom_utils.training.train_classifier`). Returns ``(model, history,
+    records)``, ``records`` the ``(step, table)`` of the first ``n_record`` rows at
+    step 0 and after each evaluation. With ``config.checkpoint_dir`` an interrupted run
+    resumes; ``wrap(run)``, a context manager yielding the module and settings to train,
+    is the data-parallel path of *Beyond one machine*. Chapter: *Do distinct positions
+    get distinct vectors?*."""
     run = prepare_finetune(
-        model_name, texts_train, y_train, texts_eval, y_eval, config, **options
+        model_name,
+        texts_train,
+        y_train,
+        texts_eval,
+        y_eval,
+        config,
+        max_len=max_len,
+        record_every=record_every,
+        n_record=n_record,
+        num_classes=num_classes,
+        device=device,
     )
     folder = run.config.checkpoint_dir
     path = Path(folder) / RECORDS_FILE if folder else None

@@ -458,8 +458,14 @@ def stress_table(D: np.ndarray, encodings: dict[str, np.ndarray]) -> pd.DataFram
         rho = spearmanr(e, t).statistic if np.ptp(E[iu]) > 0 else np.nan
         raw, fitted = (stress_of_distances(E, D, scale) for scale in ("raw", "fitted"))
         rows.append((name, rank, raw, fitted, best_scale(E, D), float(rho)))
-    columns = ["encoding", "rank", "raw stress", "fitted stress", "best scale"]
-    columns.append("Spearman rho")
+    columns = [
+        "encoding",
+        "rank",
+        "raw stress",
+        "fitted stress",
+        "best scale",
+        "Spearman rho",
+    ]
     return pd.DataFrame(rows, columns=columns).set_index("encoding")
 
 

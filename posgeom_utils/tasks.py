@@ -31,10 +31,17 @@ class TokenTask:
     description: str
 
 
-def _task(X: np.ndarray, y: np.ndarray, split: int, *rest: Any) -> TokenTask:
+def _task(
+    X: np.ndarray,
+    y: np.ndarray,
+    split: int,
+    vocab_size: int,
+    max_len: int,
+    description: str,
+) -> TokenTask:
     """A :class:`TokenTask`, train part: the first ``split`` rows."""
-    t = torch.as_tensor
-    return TokenTask(t(X[:split]), t(y[:split]), t(X[split:]), t(y[split:]), *rest)
+    parts = (X[:split], y[:split], X[split:], y[split:])
+    return TokenTask(*map(torch.as_tensor, parts), vocab_size, max_len, description)
 
 
 def _split_point(count: int, eval_fraction: object, what: str) -> int:
@@ -51,9 +58,15 @@ def _split_point(count: int, eval_fraction: object, what: str) -> int:
 def padded_ids(texts: Corpus | list[str], tokenizer: Any, max_len: int) -> np.ndarray:
     """Each text's ids without specials, truncated to ``max_len``, right-padded with -1.
     Chapter: *How many numbers does a positional encoding need?*."""
-    options = {"add_special_tokens": False, "truncation": True, "padding": "max_length"}
-    options.update(max_length=max_len, return_tensors="np")
-    ids = tokenizer(check_texts(texts), **options)["input_ids"].astype(np.int64)
+    enc = tokenizer(
+        check_texts(texts),
+        add_special_tokens=False,
+        truncation=True,
+        max_length=max_len,
+        padding="max_length",
+        return_tensors="np",
+    )
+    ids = enc["input_ids"].astype(np.int64)
     # -1: padding, until compacted
     return np.where(ids == (tokenizer.pad_token_id or 0), -1, ids)
 

@@ -121,10 +121,16 @@ def _loss(
 def _save(
     path, model, optimizer, step, generator, history, config, running, track
 ) -> None:
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-    state.update(step=step, generator=generator.get_state(), history=asdict(history))
-    state.update(config=asdict(config), running=list(running))
-    state.update(track=None if track is None else list(track))
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "step": step,
+        "generator": generator.get_state(),
+        "history": asdict(history),
+        "config": asdict(config),
+        "running": list(running),
+        "track": None if track is None else list(track),
+    }
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 

@@ -33,8 +33,13 @@ from .sweeps import dask_client, start_local_cluster
 local_cluster = start_local_cluster  # the chapter's name
 EXECUTORS = ("dask", "serial")
 #: file name endings -> shard kind (after removing a compression suffix)
-SUFFIX_KINDS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".json": "jsonl"}
-SUFFIX_KINDS[".tsv"] = "tsv"
+SUFFIX_KINDS = {
+    ".txt": "text",
+    ".text": "text",
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".tsv": "tsv",
+}
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".lz4")
 #: what a file system may report about a file's version (part of the cache key)
 VERSION_FIELDS = (
