@@ -107,15 +107,18 @@ def _check_arguments(
     if positional == "rope":
         fix = "RoPE rotates pairs of coordinates: change d or n_heads"
         checks.multiple(d // n_heads, "d // n_heads", 2, "an even head width", fix)
-    for name, value, users, example in (
-        ("table", table, ("mds", "lowrank"), "e.g. encodings.mds_encoding(D, d)"),
-        ("rank", rank, ("lowrank",), "the r of P = A B^T"),
-    ):
-        if value is not None and positional not in users:
-            what = f"{' or '.join(map(repr, users))} when {name}= is given"
-            raise checks.fail("positional", what, positional, f"drop {name}=")
-        if value is None and positional == users[0]:
-            raise ValueError(f"positional={positional!r} needs {name}= ({example})")
+    if table is not None and positional not in ("mds", "lowrank"):
+        what = "'mds' or 'lowrank' when table= is given"
+        raise checks.fail("positional", what, positional, "drop table=")
+    if rank is not None and positional != "lowrank":
+        what = "'lowrank' when rank= is given"
+        raise checks.fail("positional", what, positional, "drop rank=")
+    if positional == "mds" and table is None:
+        raise ValueError(
+            "positional='mds' needs table= (e.g. encodings.mds_encoding(D, d))"
+        )
+    if positional == "lowrank" and rank is None:
+        raise ValueError("positional='lowrank' needs rank= (the r of P = A B^T)")
     if table is None:
         return None
     table = np.asarray(table, dtype=np.float32)
