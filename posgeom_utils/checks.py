@@ -175,8 +175,8 @@ def distance_matrix(D: Any, name: str = "D", atol: float = 1e-9) -> np.ndarray:
 
 
 def multiple(value: int, name: str, factor: int, expected: str, fix: str = "") -> int:
-    """``value`` if it is a multiple of ``factor`` (``expected`` says so in words: "even",
-    "divisible by n_heads=4"). Chapter: *Why a Transformer needs positions*."""
+    """``value`` if it is a multiple of ``factor`` (``expected`` says so in words:
+    "even", "divisible by n_heads=4"). Chapter: *Why a Transformer needs positions*."""
     if value % factor:
         raise fail(name, expected, value, fix)
     return value

@@ -192,8 +192,9 @@ def load_corpus(
             origin = "data_dir" if data_dir is not None else f"${DATA_ENV}"
             raise FileNotFoundError(
                 f"{origin}={str(root)!r} has no {LOCAL_FILES[dataset][split]!r}. "
-                f"Point {origin} at a folder laid out like shared/data: sst2/train.tsv, "
-                "sst2/dev.tsv, sst2/test.tsv, imdb/train.jsonl.gz, imdb/test.jsonl.gz "
+                f"Point {origin} at a folder laid out like shared/data: "
+                "sst2/train.tsv, sst2/dev.tsv, sst2/test.tsv, imdb/train.jsonl.gz, "
+                "imdb/test.jsonl.gz "
                 "(see shared/data/README.md)."
             )
         texts, labels = (

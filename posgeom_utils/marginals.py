@@ -315,7 +315,10 @@ def texts_fingerprint(texts: Sequence[str]) -> str:
 def _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view="model"):
     """Validate the counting options; return ``n`` and the special-token template."""
     n = checks.integer(n, "n")
-    fix = "'model' for the input the model sees (truncated), 'corpus' for the text's own positions"
+    fix = (
+        "'model' for the input the model sees (truncated), "
+        "'corpus' for the text's own positions"
+    )
     checks.choice(view, "view", VIEWS, fix)
     checks.choice(special_tokens, "special_tokens", SPECIAL_POLICIES)
     checks.choice(align, "align", ALIGNMENTS)

@@ -192,7 +192,10 @@ class PositionalMechanism:
         """A row name for tables, e.g. ``RoPE (d_head=64, base=10000, 32 heads)``.
         Chapter: *The optimal encoding: classical MDS on Hellinger geometry*."""
         if self.kind == "rope":
-            return f"RoPE (d_head={self.head_dim}, base={self.base:g}, {self.n_heads} heads)"
+            return (
+                f"RoPE (d_head={self.head_dim}, base={self.base:g}, "
+                f"{self.n_heads} heads)"
+            )
         if self.kind == "alibi":
             return f"ALiBi ({self.n_heads} heads, pooled)"
         return "learned (model)"

@@ -22,7 +22,10 @@ from .settings import progress
 
 #: the accepted values of ``TrainConfig.amp``
 AMP_CHOICES = ("auto", True, False)
-_AMP_FIX = "'auto' (bfloat16 autocast on CUDA only), True (on any device, the CPU included) or False"
+_AMP_FIX = (
+    "'auto' (bfloat16 autocast on CUDA only), "
+    "True (on any device, the CPU included) or False"
+)
 #: token targets with this value are not scored (the masked-language convention)
 IGNORE = -100
 #: settings a resumed run must match (``steps`` may grow, ``device`` may change)

@@ -181,6 +181,14 @@ def test_the_package_is_formatted_by_the_one_formatter() -> None:
     assert done.returncode == 0, f"run `ruff format posgeom_utils`:\n{done.stdout}{done.stderr}"
 
 
+def test_every_package_line_fits_the_page_width() -> None:
+    """No line of the package wider than the page (ruff's E501): strings, comments and tables included."""
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--select", "E501", "posgeom_utils"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, (f"lines wider than {PAGE_WIDTH}: split long strings (\"a \" \"b\"), re-wrap comments "
+                                  f"and docstrings, wrap `# fmt: off` tables by hand:\n{done.stdout}{done.stderr}")
+
+
 def test_the_code_checks_can_fail(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("class A:\n    def f(self):\n        return 1  " + "#" * 100 + "\n")

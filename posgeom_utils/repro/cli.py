@@ -33,15 +33,17 @@ STRESS_SUMMARY = (
 STRESS_EPILOG = """\
 examples:
   posgeom stress --model bert-base-uncased --corpus sst2 --n 64
-  posgeom stress --model ./my-checkpoint --corpus texts.txt --n 32 --min-count 5 --plot stress.png
+  posgeom stress --model ./my-checkpoint --corpus texts.txt --n 32 --min-count 5 \\
+      --plot stress.png
 
-Each row scores an encoding P against D_H: raw stress, stress after the best rescaling of P and the
-fraction of triplets |i-j| < |i-k| where P puts j farther from i than k (0 monotone, 0.5 random).
+Each row scores an encoding P against D_H: raw stress, stress after the best rescaling
+of P and the fraction of triplets |i-j| < |i-k| where P puts j farther from i than k
+(0 monotone, 0.5 random).
 """
 
 RUN_SUMMARY = (
-    "re-execute chapters under a profile: OUT/<chapter>/ gets the notebook, results.json "
-    "with provenance and checkpoints/, a failing chapter its failed.json"
+    "re-execute chapters under a profile: OUT/<chapter>/ gets the notebook, "
+    "results.json with provenance and checkpoints/, a failing chapter its failed.json"
 )
 RUN_EPILOG = """\
 examples:
@@ -51,23 +53,28 @@ examples:
   posgeom run --profile paper --cap 2000 --model sentence-transformers/all-MiniLM-L6-v2
   posgeom run --profile default --executor dask --workers 2
 
-A chapter is skipped when its results.json has the same profile, requested parameters, package
-version and code hash (its code cells, the package code they import, the pinned environment). The
-git commit and where training ran (--executor, --workers, --scheduler) are recorded, not compared.
+A chapter is skipped when its results.json has the same profile, requested parameters,
+package version and code hash (its code cells, the package code they import, the pinned
+environment). The git commit and where training ran (--executor, --workers, --scheduler)
+are recorded, not compared.
 An interrupted training run resumes from its checkpoints/.
-Exit status: 0 when every chapter ran or was skipped, 1 when a chapter failed, 2 on bad usage.
+Exit status: 0 when every chapter ran or was skipped, 1 when a chapter failed,
+2 on bad usage.
 """
 
 #: the options of a command, one per row: (flag, help, keywords of ``add_argument``)
 # fmt: off
 TOKEN_OPTIONS = (
-    ("--policy", "special tokens: keep what the model sees ([CLS] ... [SEP]) or drop them",
+    ("--policy", ("special tokens: keep what the model sees ([CLS] ... [SEP]) "
+                  "or drop them"),
      {"choices": ("keep", "drop"), "default": "keep"}),
-    ("--view", "texts longer than n: what the model sees ([SEP] at n - 1) or the text's first n tokens",
+    ("--view", ("texts longer than n: what the model sees ([SEP] at n - 1) "
+                "or the text's first n tokens"),
      {"choices": ("model", "corpus"), "default": "model"}),
 )
 STRESS_OPTIONS = (
-    ("--model", "a Hugging Face id or local folder (offline: sentence-transformers/all-MiniLM-L6-v2)",
+    ("--model", ("a Hugging Face id or local folder "
+                 "(offline: sentence-transformers/all-MiniLM-L6-v2)"),
      {"required": True, "metavar": "ID_OR_PATH"}),
     ("--corpus", "sst2, imdb, or a UTF-8 text file with one text per line",
      {"required": True, "metavar": "sst2|imdb|FILE"}),
@@ -82,14 +89,16 @@ STRESS_OPTIONS = (
     ("--plot", "save D_H beside the model's distances", {"metavar": "FILE.png"}),
 )
 RUN_OPTIONS = (
-    ("--profile", ("smoke (seconds), default (a chapter in minutes on a laptop), reference "
-                   "(what the book shows: each chapter's parameters cell, memoised) or paper "
-                   "(full scale, a GPU)"), {"required": True, "choices": sorted(PROFILES)}),
+    ("--profile", ("smoke (seconds), default (a chapter in minutes on a laptop), "
+                   "reference (what the book shows: each chapter's parameters cell, "
+                   "memoised) or paper (full scale, a GPU)"),
+     {"required": True, "choices": sorted(PROFILES)}),
     ("--chapters", "default: every chapter", {"nargs": "+", "metavar": "CHAPTER"}),
     ("--device", "where models train", {"choices": ("auto", "cpu", "cuda")}),
     ("--model", "the chapters' model_name", {"metavar": "ID_OR_PATH"}),
     ("--out", "output folder (default: runs/<profile>-<date>)", {"metavar": "DIR"}),
-    ("--cap", f"bound every size parameter ({', '.join(SIZE_PARAMETERS)}) by N; recorded",
+    ("--cap", (f"bound every size parameter ({', '.join(SIZE_PARAMETERS)}) "
+               "by N; recorded"),
      {"type": int, "metavar": "N"}),
     ("--force", "rerun current chapters, retrain anew", {"action": "store_true"}),
     ("--source-dir", "the MyST chapters (default: notebooks/)", {"metavar": "DIR"}),
@@ -160,7 +169,7 @@ def add_options(p: Any, options: tuple) -> None:
 def add_command(sub: Any, name: str, about: str, epilog: str, func: Any, options=()):
     """Register sub-command ``name`` to run ``func``. Chapter: *Reproduction ledger*."""
     raw = argparse.RawDescriptionHelpFormatter
-    description = textwrap.fill(about, 100)
+    description = textwrap.fill(about, 88)
     p = sub.add_parser(
         name, help=about, description=description, epilog=epilog, formatter_class=raw
     )

@@ -19,14 +19,16 @@ examples:
   posgeom count data/part-*.txt.gz --model bert-base-uncased --n 512 --out c4-counts.npz
   posgeom count 's3://bucket/c4/*.json.gz' --model bert-base-uncased --n 512 \\
       --scheduler tcp://10.0.0.1:8786 --out c4.npz
-  posgeom count --hub allenai/c4 --hub-config en --model bert-base-uncased --n 512 --out c4.npz
-  posgeom count --hub json --data-files 'shards/*.jsonl' --model ./minilm --n 64 --serial \\
-      --out counts.npz
+  posgeom count --hub allenai/c4 --hub-config en --model bert-base-uncased --n 512 \\
+      --out c4.npz
+  posgeom count --hub json --data-files 'shards/*.jsonl' --model ./minilm --n 64 \\
+      --serial --out counts.npz
 
-Shards: *.txt (one text per line), *.jsonl (field --text-field) or GLUE-style *.tsv, compressed or
-not (.gz/.bz2/.xz/.zst), local or any fsspec URL, or a Hugging Face dataset streamed (--hub), one
-task per shard. The counts are summed exactly by a tree reduction: the result equals a
-single-process count, bit for bit. A failing shard stops the count with its name, writing nothing.
+Shards: *.txt (one text per line), *.jsonl (field --text-field) or GLUE-style *.tsv,
+compressed or not (.gz/.bz2/.xz/.zst), local or any fsspec URL, or a Hugging Face
+dataset streamed (--hub), one task per shard. The counts are summed exactly by a tree
+reduction: the result equals a single-process count, bit for bit. A failing shard stops
+the count with its name, writing nothing.
 """
 
 #: (flag, help, keywords of ``add_argument``): before, within and after the group that

@@ -19,9 +19,11 @@ import numpy as np
 from ..cache import write_json
 from ..models import device_name
 
-#: set by ``posgeom run``: the file a chapter's parameters and glued numbers are saved to
+#: set by ``posgeom run``: the file a chapter's parameters and glued numbers are
+#: saved to
 RESULTS_ENV = "POSGEOM_RESULTS_FILE"
-#: set by ``posgeom run``: the folder under which training runs keep resumable checkpoints
+#: set by ``posgeom run``: the folder under which training runs keep resumable
+#: checkpoints
 CHECKPOINT_ENV = "POSGEOM_CHECKPOINT_DIR"
 
 _RESULTS: dict[str, Any] = {}

@@ -1,4 +1,5 @@
-"""The committed store of memoised reference runs: what the book shows without retraining.
+"""The committed store of memoised reference runs: what the book shows without
+retraining.
 
 Chapter: *Reproduction ledger*. The book's expensive steps (training runs, probes,
 bootstrap grids) go through :func:`memoised_sweep`, keyed by each run's configuration

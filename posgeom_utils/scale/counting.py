@@ -92,7 +92,10 @@ def _kind_of(path: str) -> str:
     for suffix, kind in SUFFIX_KINDS.items():
         if name.endswith(suffix):
             return kind
-    fix = "name it *.txt, *.jsonl or *.tsv (optionally compressed, e.g. .gz), or pass kind=..."
+    fix = (
+        "name it *.txt, *.jsonl or *.tsv (optionally compressed, e.g. .gz), "
+        "or pass kind=..."
+    )
     raise ValueError(f"cannot tell the format of shard {path!r} from its name: {fix}")
 
 
@@ -157,7 +160,10 @@ def _open_hub(dataset: str, config: str | None, split: str, data_files: Any) -> 
         return datasets.load_dataset(dataset, config, split=split, streaming=True, **kw)
     except Exception as exc:  # hub, network and builder errors come in many types
         what = f"dataset={dataset!r} (config={config!r}, split={split!r})"
-        fix = "offline, pass a builder with local files, e.g. hub_shards('json', data_files=...)"
+        fix = (
+            "offline, pass a builder with local files, "
+            "e.g. hub_shards('json', data_files=...)"
+        )
         raise FileNotFoundError(f"cannot stream {what}: {exc}; {fix}") from exc
 
 

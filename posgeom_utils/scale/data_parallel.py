@@ -57,7 +57,8 @@ def _get_accelerator(accelerator: Any, cpu: bool = False) -> Any:
 
 
 def _device(accelerator: Any) -> str:
-    """``cpu`` or ``cuda:k``, as :func:`~posgeom_utils.models.select_device` names it."""
+    """``cpu`` or ``cuda:k``, as :func:`~posgeom_utils.models.select_device` names
+    it."""
     return "cpu" if accelerator.device.type == "cpu" else str(accelerator.device)
 
 
