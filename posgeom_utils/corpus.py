@@ -7,9 +7,9 @@ import gzip
 import json
 import os
 import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -47,11 +47,11 @@ class Corpus:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def _subset(self, idx: np.ndarray, **meta) -> "Corpus":
+    def _subset(self, idx: np.ndarray, **meta) -> Corpus:
         texts, meta = [self.texts[i] for i in idx], {**self.meta, **meta}
         return Corpus(self.name, self.split, texts, self.labels[idx], self.source, meta)
 
-    def sample(self, size: int | None, seed: int = 0) -> "Corpus":
+    def sample(self, size: int | None, seed: int = 0) -> Corpus:
         """``size`` seeded random texts, in order. Chapter: *Positions in real text*."""
         if size is None:
             return self
@@ -62,7 +62,7 @@ class Corpus:
         idx = np.sort(rng.choice(len(self), size=size, replace=False))
         return self._subset(idx, sample_size=size, sample_seed=seed)
 
-    def halves(self, seed: int = 0) -> tuple["Corpus", "Corpus"]:
+    def halves(self, seed: int = 0) -> tuple[Corpus, Corpus]:
         """Two disjoint random halves (seeded). Chapter: *Positions in real text*."""
         if len(self) < 2:
             raise ValueError(f"a corpus needs 2 texts to be halved, it has {len(self)}")
@@ -140,7 +140,7 @@ def _read_imdb(path: Path, strip_html: bool) -> tuple[list[str], np.ndarray]:
             ) from None
         if not isinstance(row, dict) or not isinstance(row.get("text"), str):
             found = sorted(row) if isinstance(row, dict) else type(row).__name__
-            raise ValueError(
+            raise ValueError(  # noqa: TRY004 (the file's content is wrong, not an argument)
                 f"{where}: expected a 'text' string and a 'label', found {found}"
             )
         labels.append(_label(row.get("label"), where))

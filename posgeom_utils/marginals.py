@@ -8,9 +8,10 @@ import copy
 import hashlib
 import itertools
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -78,7 +79,7 @@ class PositionalMarginals:
 
     def truncate(
         self, n: int | None = None, min_count: int | None = None
-    ) -> "PositionalMarginals":
+    ) -> PositionalMarginals:
         """Keep the first ``n`` positions, and/or those reached by at least
         ``min_count`` sequences. Chapter: *Positions in real text*."""
         keep = self.n if n is None else min(checks.integer(n, "n"), self.n)
@@ -117,7 +118,7 @@ class PositionalMarginals:
         order = np.argsort(-row.data, kind="stable")[:k]
         return row.indices[order], row.data[order] / max(int(self.support[i]), 1)
 
-    def merge(self, other: "PositionalMarginals") -> "PositionalMarginals":
+    def merge(self, other: PositionalMarginals) -> PositionalMarginals:
         """Both corpora's counts, summed. Chapter: *Beyond one machine*."""
         if not isinstance(other, PositionalMarginals):
             raise TypeError(
@@ -166,7 +167,7 @@ class PositionalMarginals:
         return atomic_write(Path(path), write)
 
     @classmethod
-    def load(cls, path: Path) -> "PositionalMarginals":
+    def load(cls, path: Path) -> PositionalMarginals:
         """Read what :meth:`save` wrote. Chapter: *Positions in real text*."""
         with np.load(path, allow_pickle=False) as z:
             counts = sp.csr_array(
@@ -465,7 +466,7 @@ class TextCounts:
         """How many texts were counted. Chapter: *Positions in real text*."""
         return self.incidence.shape[0]
 
-    def truncate(self, n: int) -> "TextCounts":
+    def truncate(self, n: int) -> TextCounts:
         """Keep the first ``n`` positions. Chapter: *Positions in real text*."""
         n = min(checks.integer(n, "n"), self.n)
         keep = self.keys < n * self.V

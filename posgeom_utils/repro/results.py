@@ -11,8 +11,9 @@ from __future__ import annotations
 import ast
 import os
 import types
+from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any, MutableMapping
+from typing import Any
 
 import numpy as np
 

@@ -220,9 +220,19 @@ def data_parallel_finetune(
             yield net, settings
         acc.wait_for_everyone()
 
-    data = (model_name, texts_train, y_train, texts_eval, y_eval, config)
-    options = dict(max_len=max_len, record_every=record_every, n_record=n_record)
-    return finetune(*data, num_classes=num_classes, wrap=wrap, **options)
+    return finetune(
+        model_name,
+        texts_train,
+        y_train,
+        texts_eval,
+        y_eval,
+        config,
+        max_len=max_len,
+        record_every=record_every,
+        n_record=n_record,
+        num_classes=num_classes,
+        wrap=wrap,
+    )
 
 
 # ------------------------------------------------------------------------- command line
@@ -292,11 +302,15 @@ def _probe(args: argparse.Namespace, acc: Any) -> None:
         flags = {"n": "--positions", "batch_size": "--batch-size"}
         flag = flags.get(str(exc).split(" ")[0])
         raise ValueError(f"{flag}: {exc}" if flag else str(exc)) from exc
-    settings = dict(n=args.positions, batch_size=args.batch_size, centre=args.centre)
+    settings = {
+        "n": args.positions,
+        "batch_size": args.batch_size,
+        "centre": args.centre,
+    }
     provenance = _provenance(acc, args, corpus, special_tokens=special, **settings)
     if acc.is_main_process:
         out, blob = Path(args.out), np.array(json.dumps(provenance, sort_keys=True))
-        arrays = dict(means=result.means, counts=result.counts, provenance=blob)
+        arrays = {"means": result.means, "counts": result.counts, "provenance": blob}
         atomic_write(out, lambda tmp: np.savez(tmp, **arrays))
         write_json(out.with_suffix(".json"), provenance)
         print(f"wrote {out} and {out.with_suffix('.json')}: means {result.means.shape}")
