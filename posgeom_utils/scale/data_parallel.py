@@ -220,19 +220,10 @@ def data_parallel_finetune(
             yield net, settings
         acc.wait_for_everyone()
 
-    return finetune(
-        model_name,
-        texts_train,
-        y_train,
-        texts_eval,
-        y_eval,
-        config,
-        max_len=max_len,
-        record_every=record_every,
-        n_record=n_record,
-        num_classes=num_classes,
-        wrap=wrap,
-    )
+    # finetune's own arguments, handed on unchanged
+    data = (model_name, texts_train, y_train, texts_eval, y_eval, config)
+    options = {"max_len": max_len, "record_every": record_every, "n_record": n_record}
+    return finetune(*data, num_classes=num_classes, wrap=wrap, **options)
 
 
 # ------------------------------------------------------------------------- command line
