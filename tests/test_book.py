@@ -6,6 +6,7 @@ run alone, these tests skip when there is no build.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -34,9 +35,7 @@ def test_toc_lists_only_existing_pages_and_every_chapter() -> None:
     for f in files:
         assert (ROOT / f"{f}.md").is_file(), f"_toc.yml lists {f}, which does not exist"
     for chapter in CHAPTERS:
-        assert f"notebooks/{chapter}" in files, (
-            f"notebooks/{chapter}.md is not in _toc.yml"
-        )
+        assert f"notebooks/{chapter}" in files, f"notebooks/{chapter}.md is not in _toc.yml"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -48,9 +47,7 @@ def test_every_figure_of_a_chapter_is_rendered(chapter: str) -> None:
     for fig in figures:
         match = re.search(rf'<figure[^>]*id="{fig}"(.*?)</figure>', html, flags=re.S)
         assert match, f"figure {fig} of {chapter} is missing from the built page"
-        assert re.search(r'<img[^>]+src="[^"]*_images/[^"]+\.png"', match.group(1)), (
-            f"{fig} has no image"
-        )
+        assert re.search(r'<img[^>]+src="[^"]*_images/[^"]+\.png"', match.group(1)), f"{fig} has no image"
         assert (HTML / "_images").is_dir()
 
 
@@ -58,20 +55,14 @@ def test_every_figure_of_a_chapter_is_rendered(chapter: str) -> None:
 def test_prose_numbers_are_glued(chapter: str) -> None:
     html = page(f"notebooks/{chapter}")
     assert "{glue" not in html, "an unresolved glue role is left in the page"
-    assert html.count('class="pasted-text"') >= 10, (
-        "the chapter quotes its numbers through glue"
-    )
+    assert html.count('class="pasted-text"') >= 10, "the chapter quotes its numbers through glue"
 
 
 def test_definition_cited_across_pages_solution_folded_and_citations() -> None:
     preface = page("book/preface")
-    assert re.search(r'href="notation\.html#def-positional-marginal"', preface), (
-        "cross-page prf:ref"
-    )
+    assert re.search(r'href="notation\.html#def-positional-marginal"', preface), "cross-page prf:ref"
     chapter = page("notebooks/positions_in_real_text")
-    assert re.search(
-        r'class="[^"]*solution[^"]*dropdown|class="[^"]*dropdown[^"]*solution', chapter
-    )
+    assert re.search(r'class="[^"]*solution[^"]*dropdown|class="[^"]*dropdown[^"]*solution', chapter)
     assert "Cirrincione, 2026" in chapter, "author-year citation rendered"
     bibliography = page("book/bibliography")
     for author in ("Cirrincione", "Vaswani", "Torgerson", "Maas", "Socher", "Press"):
@@ -79,9 +70,7 @@ def test_definition_cited_across_pages_solution_folded_and_citations() -> None:
 
 
 NUMBER = r"(-?\d+(?:\.\d+)?)"
-INTERVAL = re.compile(
-    NUMBER + r"\s*(%?)\s*\[\s*" + NUMBER + r"\s*%?\s*,\s*" + NUMBER + r"\s*%?\s*\]"
-)
+INTERVAL = re.compile(NUMBER + r"\s*(%?)\s*\[\s*" + NUMBER + r"\s*%?\s*,\s*" + NUMBER + r"\s*%?\s*\]")
 
 
 def visible_text(html: str) -> str:
@@ -96,22 +85,15 @@ def excluded_estimates(text: str) -> list[str]:
     for match in INTERVAL.finditer(text):
         estimate, low, high = match.group(1), match.group(3), match.group(4)
         digits = max(len(s.partition(".")[2]) for s in (estimate, low, high))
-        slack = 0.5 * 10**-digits
+        slack = 0.5 * 10 ** -digits
         if not float(low) - slack <= float(estimate) <= float(high) + slack:
             found.append(match.group(0))
     return found
 
 
 def test_the_interval_scan_finds_an_excluded_estimate() -> None:
-    assert excluded_estimates("a stress of 0.426 [0.443, 0.479] at the last layer") == [
-        "0.426 [0.443, 0.479]"
-    ]
-    assert (
-        excluded_estimates(
-            "0.43 [0.425, 0.479] and 12% [10%, 14%] and -0.2 [-0.3, 0.1]"
-        )
-        == []
-    )
+    assert excluded_estimates("a stress of 0.426 [0.443, 0.479] at the last layer") == ["0.426 [0.443, 0.479]"]
+    assert excluded_estimates("0.43 [0.425, 0.479] and 12% [10%, 14%] and -0.2 [-0.3, 0.1]") == []
 
 
 @pytest.mark.parametrize("name", toc_files())
@@ -127,20 +109,14 @@ GLUED = re.compile(r"\{glue:text\}`([A-Za-z0-9_]+):([^`]+)`")
 def test_every_chapter_shows_its_committed_reference_results(chapter: str) -> None:
     """One set of numbers (issue 21): each number glued into a chapter's prose, formatted as the prose formats
     it, is the value committed in book/results/reference/<chapter>/results.json."""
-    results = json.loads(
-        (ROOT / "book/results/reference" / chapter / "results.json").read_text()
-    )
+    results = json.loads((ROOT / "book/results/reference" / chapter / "results.json").read_text())
     assert results["parameters"]["profile"] == "reference"
     glued, text = results["results"], visible_text(page(f"notebooks/{chapter}"))
     source = (ROOT / "notebooks" / f"{chapter}.md").read_text()
     checked = 0
     for key, fmt in sorted(set(GLUED.findall(source))):
         value = glued.get(key)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or fmt.endswith("e")
-        ):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or fmt.endswith("e"):
             continue  # text, or rounding noise in scientific notation (its digits depend on the processor)
         shown = format(int(value) if fmt.endswith("d") else value, fmt)
         assert shown in text, f"{key} = {shown} is not on the page"
@@ -151,9 +127,7 @@ def test_every_chapter_shows_its_committed_reference_results(chapter: str) -> No
 @pytest.mark.parametrize("name", toc_files())
 def test_no_stray_object_repr_is_shown(name: str) -> None:
     """A cell whose last expression returns an object shows its repr (issue 21: 'Generator(PCG64) at 0x...')."""
-    shown = re.sub(
-        r"<[^>]+>", "", page(name)
-    )  # outputs included (visible_text drops <pre>)
+    shown = re.sub(r"<[^>]+>", "", page(name))  # outputs included (visible_text drops <pre>)
     assert not re.findall(r"\bat 0x[0-9A-Fa-f]{6,}", shown)
 
 
@@ -161,11 +135,8 @@ INCLUDE = re.compile(r"```\{literalinclude\} (\S+)\n((?::[\w-]+:.*\n)*)")
 
 
 def test_every_literalinclude_finds_its_object_and_marker() -> None:
-    """A page that quotes package code by ``:pyobject:`` and ``:start-after:`` breaks the
-    strict build when a refactor renames the object or drops the marker comment: caught
-    here from the sources, without a build."""
-    import ast
-
+    """A page that quotes package code by ``:pyobject:`` and ``:start-after:`` breaks the strict build when a
+    refactor renames the object or drops the marker comment: caught here from the sources, without a build."""
     pages = [*(ROOT / "notebooks").glob("*.md"), *(ROOT / "book").glob("*.md")]
     problems, seen = [], 0
     for page_path in pages:
@@ -177,9 +148,7 @@ def test_every_literalinclude_finds_its_object_and_marker() -> None:
                 name, node = options["pyobject"].strip(), ast.parse(source)
                 for part in name.split("."):  # Class.method, or a class in a function
                     inner = (n for n in ast.walk(node) if n is not node)
-                    node = next(
-                        (n for n in inner if getattr(n, "name", 0) == part), None
-                    )
+                    node = next((n for n in inner if getattr(n, "name", 0) == part), None)
                     if node is None:
                         break
                 if node is None:
