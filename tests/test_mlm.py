@@ -191,9 +191,8 @@ def test_the_ledger_rows_of_the_chapter_can_go_either_way() -> None:
 
     thesis = "thesis-learned-table"
     assert verdict_with(thesis, final_real_low=0.05) == REPRODUCED
-    assert verdict_with(thesis, final_real_low=-0.05, peak_real_low=0.5, peak_row_high=0.2) == (
-        DIFFERENT_DEFINITION)
-    assert verdict_with(thesis, final_real_low=-0.05, peak_real_low=0.1, peak_row_high=0.2) == DIFFERS
+    # the early peak was not among the predictions written before the runs: it cannot rescue the row
+    assert verdict_with(thesis, final_real_low=-0.05, peak_real_low=0.5, peak_row_high=0.2) == DIFFERS
     assert verdict_with("thesis-positional-sufficiency", final_column_low=0.1) == REPRODUCED
     assert verdict_with("thesis-positional-sufficiency", final_column_low=-0.1) == DIFFERS
     assert verdict_with("mds-inside-model", loss_mds=3.0, loss_learned_high=3.5) == DIFFERENT_DEFINITION

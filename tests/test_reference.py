@@ -34,7 +34,8 @@ def test_the_provenance_line_names_commit_tree_device_time_and_freshness(tmp_pat
     assert committed("necessity", root=tmp_path) is None
     write(tmp_path, "necessity", code_hash(Path(REPO_ROOT) / "notebooks" / "necessity.md"))
     line = provenance_line("necessity", root=tmp_path)
-    assert line == "reference profile, commit abcdef1 (clean tree), 2026-11-30, cpu, 2.0 min; fresh (this chapter's code)"
+    assert line == ("computed by this chapter's code at the sizes of its parameters cell "
+                    "(commit abcdef1, clean tree, 2026-11-30, cpu, 2.0 min)")
     write(tmp_path, "separation", "0" * 64, dirty=True)  # not the current code's hash, from a dirty tree
     line = provenance_line("separation", root=tmp_path)
-    assert "(dirty tree)" in line and "stale" in line and "fresh" not in line
+    assert "dirty tree" in line and "stale" in line and "older code" in line and "by this chapter's code" not in line

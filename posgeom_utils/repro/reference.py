@@ -62,11 +62,15 @@ def provenance_line(chapter: str, root: Path = RESULTS_ROOT) -> str:
     commit = str(prov.get("commit") or "unknown commit")[:7]
     clean = "dirty tree" if prov.get("dirty") else "clean tree"
     stale = stale_results(Path(root) / "reference", chapter=chapter).get(chapter)
+    run = (
+        f"commit {commit}, {clean}, {str(prov.get('finished', ''))[:10]}, "
+        f"{prov.get('device_name', 'cpu')}, "
+        f"{float(prov.get('wall_seconds', 0)) / 60:.1f} min"
+    )
+    if stale:
+        return f"computed by older code than this chapter's ({run}); stale: {stale}"
     return (
-        f"reference profile, commit {commit} ({clean}), "
-        f"{str(prov.get('finished', ''))[:10]}, {prov.get('device_name', 'cpu')}, "
-        f"{float(prov.get('wall_seconds', 0)) / 60:.1f} min; "
-        + (f"stale: {stale}" if stale else "fresh (this chapter's code)")
+        f"computed by this chapter's code at the sizes of its parameters cell ({run})"
     )
 
 

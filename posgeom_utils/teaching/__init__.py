@@ -24,6 +24,8 @@ from posgeom_utils.checks import integer
 from posgeom_utils.encodings import lowrank_parameter_count, sinusoidal
 from posgeom_utils.marginals import PositionalMarginals
 
+_MARKS = {True: "correct", False: "not yet", None: "no answer yet"}
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -35,13 +37,12 @@ class Verdict:
     message: str
 
     def __repr__(self) -> str:
-        mark = {True: "correct", False: "not yet", None: "no answer yet"}[self.ok]
-        return f"{self.exercise}: {mark}. {self.message}".rstrip()
+        return f"{self.exercise}: {_MARKS[self.ok]}. {self.message}".rstrip()
 
     def _repr_html_(self) -> str:
         colour = {True: "#1b7f3b", False: "#b3261e", None: "#666666"}[self.ok]
-        head = repr(self).split(".")[0]
-        return f'<p style="color:{colour}"><b>{head}.</b> {self.message}</p>'
+        mark = _MARKS[self.ok].capitalize()  # the exercise is just above: no label
+        return f'<p style="color:{colour}"><b>{mark}.</b> {self.message}</p>'
 
 
 def _agrees(answer: Any, expected: Any) -> bool:
