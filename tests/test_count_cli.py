@@ -1,5 +1,5 @@
-"""``posgeom count`` (posgeom_utils.repro.count_command): sharded counts from the shell, written
-atomically with provenance, equal to the single-process count; clear errors.
+"""``posgeom count`` (posgeom_utils.repro.cli): sharded counts from the shell, written atomically
+with provenance, equal to the single-process count; clear errors.
 Chapter: *Beyond one machine*."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from test_cli import run_cli  # tests/ is on sys.path under pytest (no __init__.
 from posgeom_utils.marginals import PositionalMarginals, positional_marginals
 from posgeom_utils.models import DEFAULT_MODEL
 
-WORDS = "the a good bad film movie story was is very not funny dull long and but".split()
+WORDS = ["the", "a", "good", "bad", "film", "movie", "story", "was", "is", "very", "not", "funny", "dull", "long", "and", "but"]
 
 
 @pytest.fixture(scope="module")

@@ -147,27 +147,10 @@ def test_dask_count_with_end_alignment_and_dropped_specials(
     shard_dir, tokenizer, client, view
 ):
     shards = file_shards([str(shard_dir / "a.txt"), str(shard_dir / "c.jsonl")])
-    reference = positional_marginals(
-        _all_texts(shards),
-        tokenizer,
-        n=20,
-        special_tokens="drop",
-        align="end",
-        min_count=3,
-        cache=False,
-        view=view,
-    )
-    result = sharded_marginals(
-        shards,
-        tokenizer,
-        n=20,
-        special_tokens="drop",
-        align="end",
-        min_count=3,
-        scheduler=client,
-        cache=False,
-        view=view,
-    )
+    options = {"n": 20, "special_tokens": "drop", "align": "end", "min_count": 3}
+    options |= {"view": view, "cache": False}
+    reference = positional_marginals(_all_texts(shards), tokenizer, **options)
+    result = sharded_marginals(shards, tokenizer, scheduler=client, **options)
     assert_same_count(result, reference)
     assert result.params["view"] == view
 
@@ -248,11 +231,11 @@ def test_cache_key_covers_the_shard_list_and_contents(
     a.write_text("\n".join(_texts(1, 20)))
     b.write_text("\n".join(_texts(2, 20)))
     calls = []
-    real = counting.count_shard
+    real = counting._count_shard
     monkeypatch.setattr(
         counting,
-        "count_shard",
-        lambda shard, *args, **kw: calls.append(shard.name) or real(shard, *args, **kw),
+        "_count_shard",
+        lambda shard, *args: calls.append(shard.name) or real(shard, *args),
     )
     first = sharded_marginals([str(a)], tokenizer, n=16, executor="serial")
     again = sharded_marginals([str(a)], tokenizer, n=16, executor="serial")
@@ -301,20 +284,12 @@ def test_bad_input_gets_a_clear_error(tmp_path, tokenizer):
     with pytest.raises(ValueError, match="executor"):
         sharded_marginals([str(empty)], tokenizer, n=8, executor="spark")
     with pytest.raises(ValueError, match="listed twice"):
-        sharded_marginals([str(empty), str(empty)], tokenizer, n=8, executor="serial")
-    with pytest.raises(ValueError, match="listed twice"):
         sharded_marginals([Shard(str(empty), "text")] * 2, tokenizer, n=8, **serial)
     # the single-process counter's checks, before any shard is read (not a ShardError)
     with pytest.raises(ValueError, match="align must be"):
         sharded_marginals([str(empty)], tokenizer, n=8, align="middle", **serial)
-    with pytest.raises(ValueError, match="special_tokens must be"):
-        sharded_marginals([str(empty)], tokenizer, n=8, special_tokens="none", **serial)
-    with pytest.raises(ValueError, match="view must be"):
-        sharded_marginals([str(empty)], tokenizer, n=8, view="text", **serial)
     with pytest.raises(ValueError, match="n=2 leaves no room"):
         sharded_marginals([str(empty)], tokenizer, n=2, **serial)
-    with pytest.raises(ValueError, match="buffer_tokens"):
-        sharded_marginals([str(empty)], tokenizer, n=8, buffer_tokens=0, **serial)
     short = tmp_path / "short.txt"
     short.write_text("a film\n")
     with pytest.raises(ValueError, match="longer than any sequence"):
@@ -323,11 +298,9 @@ def test_bad_input_gets_a_clear_error(tmp_path, tokenizer):
         file_shards([str(tmp_path / "corpus.parquet")])
     with pytest.raises(FileNotFoundError, match="matches no file"):
         file_shards([str(tmp_path / "nothing-*.txt")])
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        sharded_marginals(
-            [str(tmp_path / "missing.txt")], tokenizer, n=8, executor="serial"
-        )
-    with pytest.raises(TypeError, match="scheduler"):
+    with pytest.raises(FileNotFoundError, match="missing.txt"):
+        sharded_marginals([str(tmp_path / "missing.txt")], tokenizer, n=8, **serial)
+    with pytest.raises(ValueError, match="scheduler"):
         sharded_marginals([str(empty)], tokenizer, n=8, scheduler=3, cache=False)
     with pytest.raises(FileNotFoundError, match="data_files"):
         hub_shards("json", data_files=[str(tmp_path / "absent-*.jsonl")])

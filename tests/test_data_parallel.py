@@ -1,23 +1,23 @@
 """posgeom_utils.scale.data_parallel: per-layer probes and fine-tuning, data-parallel
-under Accelerate.
+under Accelerate (chapter *Beyond one machine*).
 
-Chapter *Beyond one machine*. Two CPU processes are forked (gloo backend, a FileStore
-rendezvous: no network port, so concurrent test runs cannot collide) and run everything
-once; the tests compare what they returned with the single-process functions run here,
+This file, run by torchrun on 2 CPU processes (gloo), probes and fine-tunes once; the
+tests compare what the processes returned with the single-process functions run here,
 and count the work each process did. The model is a tiny random BERT (hidden 32, 2
 layers, dropout 0 so that a fine-tuning step is a deterministic function of its batch)
-saved with the packaged tokenizer.
+saved with the packaged tokenizer. The chapter's example script runs the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pickle
 import random
-import tempfile
-import time
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,7 +32,6 @@ from posgeom_utils.scale.data_parallel import (  # noqa: E402
     batch_share,
     data_parallel_finetune,
     data_parallel_hidden_means,
-    main,
 )
 from posgeom_utils.training import TrainConfig  # noqa: E402
 
@@ -50,9 +49,30 @@ TINY = dict(
 N, MAX_LEN, B = 12, 8, 16
 #: 2 processes with batch B/2 vs 1 with batch B: float32 gradients summed in another
 #: order, amplified a little by Adam over 10 steps (observed max |dW| ~3e-6, |d loss|
-#: ~5e-8); the negative control moves weights ~1e-2
-#: and losses ~1e-2
+#: ~5e-8); the negative control moves weights ~1e-2 and losses ~1e-2
 WEIGHT_TOL, LOSS_TOL = 3e-5, 1e-5
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def torchrun(cwd: Path, *args: str) -> str:
+    """Run the script ``args[0]`` (with its arguments) on 2 CPU processes under
+    torchrun, one thread each; its standard output."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env["GLOO_SOCKET_IFNAME"] = "lo"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc_per_node", "2", *args]
+    done = subprocess.run(
+        command,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _reset_accelerate() -> None:
@@ -60,44 +80,6 @@ def _reset_accelerate() -> None:
 
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
-
-
-def launch(fn, args: tuple, nprocs: int = 2, timeout: float = 180.0) -> None:
-    """``accelerate.debug_launcher`` with a deadline: fork ``nprocs`` CPU processes
-    joined by gloo through a FileStore, run ``fn(*args)`` in each; a failure re-raises
-    here, a hang fails the test after ``timeout``."""
-    from accelerate.utils import patch_environment
-    from accelerate.utils.launch import PrepareForLaunch
-    from torch.multiprocessing import start_processes
-
-    with (
-        tempfile.NamedTemporaryFile() as rdv,
-        patch_environment(
-            world_size=nprocs,
-            master_addr="127.0.0.1",
-            accelerate_mixed_precision="no",
-            accelerate_debug_rdv_file=rdv.name,
-            accelerate_use_cpu="yes",
-            gloo_socket_ifname="lo",
-            omp_num_threads=1,
-            tokenizers_parallelism="false",
-        ),
-    ):  # one thread per process: 2 processes on 2 cores, no oversubscription
-        context = start_processes(
-            PrepareForLaunch(fn, debug=True),
-            args=args,
-            nprocs=nprocs,
-            start_method="fork",
-            join=False,
-        )
-        deadline = time.monotonic() + timeout
-        while not context.join(timeout=1.0):
-            if time.monotonic() > deadline:
-                for process in context.processes:
-                    process.kill()
-                pytest.fail(
-                    f"the {nprocs}-process run did not finish within {timeout:.0f} s"
-                )
 
 
 # --------------------------------------------------------------------------------- data
@@ -117,8 +99,7 @@ def tiny_bert(tiny_dir):
     return transformers.BertModel.from_pretrained(tiny_dir).eval()
 
 
-@pytest.fixture(scope="module")
-def texts():
+def make_texts() -> list[str]:
     """21 texts: with batch 4 the last of 6 batches is short (it goes to process 1)."""
     rng = random.Random(0)
     words = (
@@ -139,10 +120,19 @@ def good_bad(n: int, seed: int) -> tuple[list[str], list[int]]:
     ], labels.tolist()
 
 
-@pytest.fixture(scope="module")
-def data():
+def make_data() -> tuple:
     """48 training texts; 15 eval texts (shared 8 / 7 between two processes)."""
     return good_bad(48, seed=0), good_bad(15, seed=1)
+
+
+@pytest.fixture(scope="module")
+def texts():
+    return make_texts()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_data()
 
 
 def config(batch_size: int, **kwargs) -> TrainConfig:
@@ -172,8 +162,7 @@ def accelerator():
 @contextlib.contextmanager
 def counted(owner, name: str, size):
     """While open, ``owner.name`` also appends ``size(*args)`` of each call to the
-    yielded list (the work a process did: used in forked processes, the parent is
-    untouched)."""
+    yielded list (the work a process did)."""
     real, calls = getattr(owner, name), []
 
     def wrapper(*args, **kwargs):
@@ -195,21 +184,19 @@ def _rows(module, input_ids, *rest) -> tuple[str, int]:
     return ("train" if module.training else "eval"), len(input_ids)
 
 
-def _worker(tiny_dir, texts, data, out_dir):
-    """Runs in each forked process: probes and fine-tunes, result pickled per rank, with
-    the work this process did (texts per probed batch; rows per training and per
+def _worker(tiny_dir: str, out_dir: str) -> None:
+    """Runs in each torchrun process: probes and fine-tunes, result pickled per rank,
+    with the work this process did (texts per probed batch; rows per training and per
     evaluation forward pass)."""
     from accelerate import Accelerator
 
     import posgeom_utils.probes as probes
     from posgeom_utils.finetune import PretrainedClassifier
 
-    _reset_accelerate()  # the fork copied this process's Accelerate singletons
-    torch.set_num_threads(1)
     acc = Accelerator(cpu=True)
     model = transformers.BertModel.from_pretrained(tiny_dir).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dir)
-    (texts_train, y_train), (texts_eval, y_eval) = data
+    texts, ((texts_train, y_train), (texts_eval, y_eval)) = make_texts(), make_data()
     result = dict(rank=acc.process_index, processes=acc.num_processes, work={})
     for b in (4, 64):  # 64: one batch in all, process 1 gets no text
         with counted(probes, "layer_sums", _batch_sizes) as calls:
@@ -233,22 +220,12 @@ def _worker(tiny_dir, texts, data, out_dir):
     }
     for key, (settings, t_eval, y) in runs.items():
         with counted(PretrainedClassifier, "forward", _rows) as calls:
+            # accelerator=None: the wrapper creates one (the same shared state)
             m, history, records = data_parallel_finetune(
-                tiny_dir,
-                texts_train,
-                y_train,
-                t_eval,
-                y,
-                settings,
-                max_len=MAX_LEN,
-                accelerator=acc,
+                tiny_dir, texts_train, y_train, t_eval, y, settings, max_len=MAX_LEN
             )
-        result[key] = dict(
-            state={k: v.clone() for k, v in m.state_dict().items()},
-            history=history,
-            records=records,
-            dropout_seed=m.seed,
-        )
+        state = {k: v.clone() for k, v in m.state_dict().items()}
+        result[key] = dict(state=state, history=history, records=records, seed=m.seed)
         result["work"][key] = {
             kind: [n for k, n in calls if k == kind] for kind in ("train", "eval")
         }
@@ -257,10 +234,10 @@ def _worker(tiny_dir, texts, data, out_dir):
 
 
 @pytest.fixture(scope="module")
-def two(tiny_dir, texts, data, tmp_path_factory):
+def two(tiny_dir, tmp_path_factory):
     """What the two processes returned, by rank."""
     out = tmp_path_factory.mktemp("dp-out")
-    launch(_worker, (tiny_dir, texts, data, str(out)))
+    torchrun(out, __file__, str(tiny_dir), str(out))
     results = []
     for rank in (0, 1):
         with open(out / f"rank{rank}.pkl", "rb") as fh:
@@ -361,8 +338,10 @@ def test_two_processes_with_half_batch_follow_the_single_process_run(
         assert [s for s, _ in run["records"]] == [s for s, _ in records] == [0, 5, 10]
         for (_, table), (_, expected) in zip(run["records"], records):
             np.testing.assert_allclose(table, expected, rtol=0, atol=WEIGHT_TOL)
-    runs = [result[f"ft{B // 2}"]["state"] for result in two]
-    assert max_weight_diff(*runs) == 0  # in sync
+    runs = [result[f"ft{B // 2}"] for result in two]
+    assert max_weight_diff(runs[0]["state"], runs[1]["state"]) == 0  # in sync
+    # process 0 draws the single-process dropout masks, process 1 its own
+    assert runs[0]["seed"] == 0 and runs[1]["seed"] != 0
     # training moved the weights
     assert np.abs(records[-1][1] - records[0][1]).max() > 30 * WEIGHT_TOL
 
@@ -377,12 +356,6 @@ def test_negative_control_global_batch_2B_does_not_match(two, single_finetune):
         np.abs(np.subtract(run["history"].train_loss, history.train_loss)).max()
         > 100 * LOSS_TOL
     )
-
-
-def test_each_process_draws_its_own_dropout_masks(two):
-    seeds = [result[f"ft{B // 2}"]["dropout_seed"] for result in two]
-    # process 0 draws the single-process masks
-    assert seeds[0] == 0 and seeds[1] != seeds[0]
 
 
 def test_each_process_does_its_share_of_the_work(two, texts):
@@ -404,15 +377,8 @@ def test_fewer_eval_texts_than_processes(two, tiny_dir, data):
     metrics."""
     (texts_train, y_train), (texts_eval, y_eval) = data
     settings = config(B, steps=2, eval_every=1)
-    model, history, _ = finetune(
-        tiny_dir,
-        texts_train,
-        y_train,
-        texts_eval[:1],
-        y_eval[:1],
-        settings,
-        max_len=MAX_LEN,
-    )
+    train, one = (texts_train, y_train), (texts_eval[:1], y_eval[:1])
+    model, history, _ = finetune(tiny_dir, *train, *one, settings, max_len=MAX_LEN)
     for result in two:
         run = result["ft_one_eval"]
         assert run["history"].step == history.step == [1, 2]
@@ -433,116 +399,28 @@ def test_one_process_probe_is_the_single_process_probe(
     expected = positional_hidden_means(
         tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu", centre=centre
     )
-    result = data_parallel_hidden_means(
-        tiny_bert,
-        tokenizer,
-        texts,
-        N,
-        batch_size=4,
-        centre=centre,
-        accelerator=accelerator,
-    )
+    options = dict(batch_size=4, centre=centre, accelerator=accelerator)
+    result = data_parallel_hidden_means(tiny_bert, tokenizer, texts, N, **options)
     np.testing.assert_array_equal(result.means, expected.means)
     np.testing.assert_array_equal(result.counts, expected.counts)
     assert result.params == dict(expected.params, processes=1)
 
 
 def test_one_process_finetune_is_finetune(accelerator, single_finetune, tiny_dir, data):
-    (texts_train, y_train), (texts_eval, y_eval) = data
     model, history, records = data_parallel_finetune(
         tiny_dir,
-        texts_train,
-        y_train,
-        texts_eval,
-        y_eval,
+        *data[0],
+        *data[1],
         config(B),
         max_len=MAX_LEN,
         accelerator=accelerator,
     )
     ref_model, ref_history, ref_records = single_finetune
-    reference = ref_model.state_dict()
-    state = model.state_dict()
-    assert state.keys() == reference.keys() and all(
-        torch.equal(state[k], reference[k]) for k in state
-    )
+    assert max_weight_diff(model.state_dict(), ref_model.state_dict()) == 0
     assert history == ref_history
     assert [s for s, _ in records] == [s for s, _ in ref_records]
     for (_, a), (_, b) in zip(records, ref_records):
         np.testing.assert_array_equal(a, b)
-
-
-def test_command_line_probe(
-    accelerator, tiny_dir, tiny_bert, tokenizer, texts, tmp_path
-):
-    file, out = tmp_path / "texts.txt", tmp_path / "out" / "means.npz"
-    file.write_text("\n".join(texts) + "\n")
-    argv = f"probe --model {tiny_dir} --texts {file} --positions {N} --batch-size 4 "
-    argv += f"--out {out}"
-    assert main(argv.split(), accelerator=accelerator) == 0
-    expected = positional_hidden_means(
-        tiny_bert, tokenizer, texts, N, batch_size=4, device="cpu"
-    )
-    with np.load(out) as saved:
-        np.testing.assert_array_equal(saved["means"], expected.means)
-        np.testing.assert_array_equal(saved["counts"], expected.counts)
-        provenance = json.loads(str(saved["provenance"]))
-    assert json.loads(out.with_suffix(".json").read_text()) == provenance
-    assert (
-        provenance["processes"] == 1
-        and provenance["n"] == N
-        and provenance["device"] == "cpu"
-    )
-    assert (
-        provenance["texts"]["num_texts"] == len(texts)
-        and provenance["model"] == tiny_dir.name
-    )
-
-
-def test_command_line_finetune(accelerator, tiny_dir, data, tmp_path, capsys):
-    for name, (t, y) in zip(("train.tsv", "eval.tsv"), data):
-        rows = "".join(f"{a}\t{b}\n" for a, b in zip(t, y))
-        (tmp_path / name).write_text("sentence\tlabel\n" + rows)
-    result = tmp_path / "ft.json"
-    argv = f"finetune --model {tiny_dir} --texts {tmp_path / 'train.tsv'} --eval-texts "
-    argv += f"{tmp_path / 'eval.tsv'} --steps 4 --eval-every 2 --batch-size 8 "
-    argv += f"--max-len {MAX_LEN} "
-    assert (
-        main((argv + f"--lr 1e-3 --out {result}").split(), accelerator=accelerator) == 0
-    )
-    saved = json.loads(result.read_text())
-    assert (
-        saved["history"]["step"] == [2, 4] and saved["provenance"]["global_batch"] == 8
-    )
-    with np.load(result.with_suffix(".npz")) as tables:
-        assert tables["steps"].tolist() == [0, 2, 4]
-        assert tables["tables"].shape == (3, MAX_LEN, 32)
-    assert "wrote" in capsys.readouterr().out
-
-
-COMMON_FLAGS = (
-    "--model --dataset --split --data-dir --texts --sample --seed --batch-size"
-)
-COMMAND_FLAGS = {
-    "probe": "--positions --centre --no-special-tokens",
-    "finetune": "--eval-texts --eval-sample --steps --lr --weight-decay --optimizer "
-    "--eval-every --max-len --save-weights",
-}
-
-
-@pytest.mark.parametrize("command", COMMAND_FLAGS)
-def test_command_line_flags(command, capsys):
-    """Each command takes the flags README.md and the chapter document, and only its
-    own (the parser is built from a table)."""
-    with pytest.raises(SystemExit) as exit_info:
-        main([command, "--help"])
-    text = capsys.readouterr().out
-    assert exit_info.value.code == 0
-    for flag in f"{COMMON_FLAGS} --out {COMMAND_FLAGS[command]}".split():
-        assert f"{flag} " in text or f"{flag}\n" in text, flag
-    other = "finetune" if command == "probe" else "probe"
-    assert not any(flag in text for flag in COMMAND_FLAGS[other].split())
-    form = "one text a line" if command == "probe" else "'text<TAB>label' lines"
-    assert form in " ".join(text.split())
 
 
 # ------------------------------------------------------------------------ (d) bad input
@@ -553,8 +431,6 @@ def test_bad_input(
 ):
     """What the data-parallel paths check themselves, and some of the single-process
     functions' checks reached through them."""
-    with pytest.raises(ValueError, match="pass its tokenizer"):
-        data_parallel_hidden_means(tiny_bert, None, texts, N, accelerator=accelerator)
     with pytest.raises(TypeError, match="accelerate.Accelerator"):
         data_parallel_hidden_means(tiny_bert, tokenizer, texts, N, accelerator="cuda")
     with pytest.raises(ValueError, match="checkpoint_dir"):
@@ -576,14 +452,10 @@ def test_bad_input(
         data_parallel_hidden_means(
             tiny_bert, tokenizer, texts, N, centre="local", accelerator=accelerator
         )
+    labels = [5] * len(data[0][0])
     with pytest.raises(ValueError, match="y_train"):
         data_parallel_finetune(
-            tiny_dir,
-            data[0][0],
-            [5] * len(data[0][0]),
-            *data[1],
-            config(4),
-            accelerator=accelerator,
+            tiny_dir, data[0][0], labels, *data[1], config(4), accelerator=accelerator
         )
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match=r"WORLD_SIZE=2.*Accelerator\(cpu=True\)"):
@@ -592,58 +464,33 @@ def test_bad_input(
         )
 
 
-def test_command_line_refuses_fp16(accelerator, tiny_dir, data, tmp_path, capsys):
-    """``accelerate launch --mixed_precision fp16``: fine-tuning autocasts to bf16 or
-    not at all."""
-
-    class FP16:
-        mixed_precision = "fp16"
-
-        def __getattr__(self, name):
-            return getattr(accelerator, name)
-
-    file = tmp_path / "train.tsv"
-    file.write_text("".join(f"{t}\t{y}\n" for t, y in zip(*data[0])))
-    argv = f"finetune --model {tiny_dir} --texts {file} --eval-texts {file} "
-    argv += f"--out {tmp_path / 'o.json'}"
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv.split(), accelerator=FP16())
-    assert (
-        exit_info.value.code == 2
-        and "--mixed_precision fp16" in capsys.readouterr().err
-    )
-    assert not (tmp_path / "o.json").exists()
+# ------------------------------------------------------------------ (e) the book's script
 
 
-@pytest.mark.parametrize(
-    "argv, message",
-    [
-        (
-            ["probe", "--texts", "{file}", "--positions", "65", "--out", "{out}"],
-            "--positions: n must be an integer in [1, 64]",
-        ),
-        (["probe", "--positions", "4", "--out", "{out}"], "exactly one of --dataset"),
-        (
-            ["probe", "--texts", "{missing}", "--positions", "4", "--out", "{out}"],
-            "is not a file",
-        ),
-        (
-            ["finetune", "--texts", "{file}", "--out", "{out}"],
-            "--texts needs --eval-texts",
-        ),
-    ],
-)
-def test_command_line_bad_input(accelerator, tiny_dir, tmp_path, capsys, argv, message):
-    file = tmp_path / "texts.txt"
-    file.write_text("a text\n")
-    values = dict(
-        file=str(file), out=str(tmp_path / "o.npz"), missing=str(tmp_path / "none.txt")
-    )
-    with pytest.raises(SystemExit) as exit_info:
-        main(
-            [a.format(**values) for a in argv] + ["--model", str(tiny_dir)],
-            accelerator=accelerator,
-        )
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
-    assert not (tmp_path / "o.npz").exists()
+def test_the_books_script_on_two_processes(
+    tiny_dir, tiny_bert, tokenizer, data, tmp_path, monkeypatch
+):
+    """The example script of *Beyond one machine*, taken from the chapter's source and
+    launched with torchrun on 2 CPU processes (a tiny model, 2 steps, SST-2 files of the
+    good/bad texts): it writes the single-process means."""
+    text = (ROOT / "book" / "scale_out.md").read_text()
+    section = text.split("## Data-parallel probes and fine-tuning")[1]
+    section = section.split("\n## ")[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    assert len(blocks) == 1, "the section shows one python script"
+    (tmp_path / "dp_sst2.py").write_text(blocks[0])
+    (tmp_path / "sst2").mkdir()
+    for name, (t, y) in zip(("train.tsv", "dev.tsv"), data):
+        rows = "".join(f"{a}\t{b}\n" for a, b in zip(t, y))
+        (tmp_path / "sst2" / name).write_text("sentence\tlabel\n" + rows)
+    monkeypatch.setenv("POSGEOM_DATA_DIR", str(tmp_path))
+    out = torchrun(tmp_path, "dp_sst2.py", str(tiny_dir), "48", "2")
+    assert "2 processes: accuracy" in out
+    single = positional_hidden_means(tiny_bert, tokenizer, data[0][0], 64, device="cpu")
+    with np.load(tmp_path / "dp_sst2.npz") as saved:
+        np.testing.assert_array_equal(saved["counts"], single.counts)
+        np.testing.assert_allclose(saved["means"], single.means, rtol=1e-10, atol=1e-12)
+
+
+if __name__ == "__main__":  # under torchrun, from the fixture `two`
+    _worker(*sys.argv[1:])

@@ -84,35 +84,12 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("posgeom_utils.scale.counting.sharded_marginals", forbidden)
 
 
-def test_plot_into_an_existing_folder_is_refused(text_file, tmp_path: Path, capsys, no_work):  # noqa: F811
-    code, out, err = run_cli(["stress", "--model", DEFAULT_MODEL, "--corpus", str(text_file),
-                              "--plot", str(tmp_path)], capsys)
-    assert code == 2 and not out and "--plot" in err and "is a folder" in err
-
-
-def test_plot_without_a_suffix_reports_the_file_it_writes(text_file, tmp_path: Path, capsys):  # noqa: F811
-    code, out, err = run_cli(["stress", "--model", DEFAULT_MODEL, "--corpus", str(text_file), "--n", "16",
-                              "--min-count", "5", "--json", "--plot", str(tmp_path / "new" / "fig")],
-                             capsys)
-    assert code == 0, err
-    info = json.loads(out)
-    assert info["plot"] == str(tmp_path / "new" / "fig.png") and Path(info["plot"]).is_file()
-
-
-@pytest.mark.parametrize("command", ["stress", "count"])
-def test_an_unwritable_output_fails_before_any_work(command: str, text_file, tmp_path: Path,  # noqa: F811
-                                                     capsys, no_work):
+def test_an_unwritable_output_fails_before_any_work(text_file, tmp_path: Path, capsys, no_work):  # noqa: F811
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    if command == "stress":
-        argv = ["stress", "--model", DEFAULT_MODEL, "--corpus", str(text_file),
-                "--plot", str(blocker / "fig.png")]
-    else:
-        argv = ["count", str(text_file), "--model", DEFAULT_MODEL, "--n", "8",
-                "--out", str(blocker / "c.npz")]
+    argv = ["count", str(text_file), "--model", DEFAULT_MODEL, "--n", "8", "--out", str(blocker / "c.npz")]
     code, out, err = run_cli(argv, capsys)
-    option = "--plot" if command == "stress" else "--out"
-    assert code == 2 and not out and option in err and "cannot write" in err, err
+    assert code == 2 and not out and "--out" in err and "cannot write" in err, err
 
 
 @pytest.mark.parametrize("command", ["stress", "count"])
@@ -126,18 +103,6 @@ def test_a_cache_folder_that_is_a_file_fails_before_any_work(command: str, text_
                   "--out", str(tmp_path / "c.npz")])
     code, out, err = run_cli(argv, capsys)
     assert code == 2 and not out and "POSGEOM_CACHE_DIR" in err, err
-
-
-def test_a_late_plot_failure_still_prints_the_results(text_file, tmp_path: Path, capsys,  # noqa: F811
-                                                      monkeypatch):
-    def full_disk(*args, **kwargs):
-        raise cli.UsageError("--plot 'fig.png': cannot save it (No space left on device)")
-
-    monkeypatch.setattr(cli, "_plot", full_disk)
-    code, out, err = run_cli(["stress", "--model", DEFAULT_MODEL, "--corpus", str(text_file), "--n", "16",
-                              "--min-count", "5", "--plot", str(tmp_path / "fig.png")], capsys)
-    assert code == 2 and "fitted stress" in out and "figure:" not in out
-    assert "No space left" in err and len(err.strip().splitlines()) == 1
 
 
 # ------------------------------------------------------------------ posgeom run

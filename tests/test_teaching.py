@@ -125,7 +125,6 @@ STATED = {
     "ex-positions-sep": lambda ns, a: np.allclose(a, ns["sep_share"][:-1], rtol=0, atol=1e-12),
     "ex-necessity-reversal-invariant": lambda ns, a: set(a) == {"none", "alibi"},
     "ex-necessity-causal": lambda ns, a: a == [0, 1],
-    "ex-separation-circle": lambda ns, a: np.isclose(a, 2 * np.sin(np.pi / ns["synthetic_n"])),
 }
 #: the exercises whose answer is a collection in any order
 UNORDERED = {"ex-necessity-reversal-invariant", "ex-necessity-causal", "ex-separation-closest"}

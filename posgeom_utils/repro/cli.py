@@ -1,17 +1,18 @@
 """The ``posgeom`` command line. Chapter: *The optimal encoding: classical MDS on
-Hellinger geometry* and *Are nearby positions encoded nearby?* (``stress``),
-*Reproduction ledger* (``run``), *Beyond one machine* (``count``)."""
+Hellinger geometry* (``stress``), *Reproduction ledger* (``run``), *Beyond one machine*
+(``count``)."""
 
 from __future__ import annotations
 
 import argparse
 import functools
 import json
-import math
 import os
+import platform
+import socket
 import sys
 import tempfile
-import textwrap
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,32 +20,20 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import integer
+from ..checks import fail, integer
 from ..settings import CACHE_ENV, PROGRESS_ENV, cache_dir
 from .profiles import PROFILES, SIZE_PARAMETERS
 
 PROG = "posgeom"
-SCORES = ("raw_stress", "fitted_stress", "violation_rate")
 
-STRESS_SUMMARY = (
-    "stress and monotonicity of a model's positional encoding, the MDS optimum and "
-    "sinusoidal against D_H, the Hellinger distances of a corpus's positional tokens"
-)
 STRESS_EPILOG = """\
 examples:
   posgeom stress --model bert-base-uncased --corpus sst2 --n 64
-  posgeom stress --model ./my-checkpoint --corpus texts.txt --n 32 --min-count 5 \\
-      --plot stress.png
+  posgeom stress --model ./my-checkpoint --corpus texts.txt --n 32 --min-count 5 --json
 
-Each row scores an encoding P against D_H: raw stress, stress after the best rescaling
-of P and the fraction of triplets |i-j| < |i-k| where P puts j farther from i than k
-(0 monotone, 0.5 random).
+Columns: geometry.stress_table's, and the share of triplets |i-j| < |i-k| in which an
+encoding puts j farther from i than k (0 monotone, 0.5 random).
 """
-
-RUN_SUMMARY = (
-    "re-execute chapters under a profile: OUT/<chapter>/ gets the notebook, "
-    "results.json with provenance and checkpoints/, a failing chapter its failed.json"
-)
 RUN_EPILOG = """\
 examples:
   posgeom run --profile smoke
@@ -53,28 +42,31 @@ examples:
   posgeom run --profile paper --cap 2000 --model sentence-transformers/all-MiniLM-L6-v2
   posgeom run --profile default --executor dask --workers 2
 
-A chapter is skipped when its results.json has the same profile, requested parameters,
-package version and code hash (its code cells, the package code they import, the pinned
-environment). The git commit and where training ran (--executor, --workers, --scheduler)
-are recorded, not compared.
-An interrupted training run resumes from its checkpoints/.
-Exit status: 0 when every chapter ran or was skipped, 1 when a chapter failed,
-2 on bad usage.
+A chapter is skipped when its results.json is current (same profile, parameters and code
+hash); an interrupted training run resumes from its checkpoints/.
+Exit status: 0 when every chapter ran or was skipped, 1 when one failed, 2 on bad usage.
+"""
+COUNT_EPILOG = """\
+examples:
+  posgeom count data/part-*.txt.gz --model bert-base-uncased --n 512 --out c4-counts.npz
+  posgeom count --hub json --data-files 'shards/*.jsonl' --model ./minilm --n 64 \\
+      --serial --out counts.npz
+
+Shards: *.txt (a text per line), *.jsonl or *.tsv, maybe compressed, local or any fsspec
+URL, or a Hugging Face dataset (--hub). The sum equals a single-process count, bit for
+bit; a failing shard stops the count with its name, writing nothing.
 """
 
 #: the options of a command, one per row: (flag, help, keywords of ``add_argument``)
 # fmt: off
 TOKEN_OPTIONS = (
-    ("--policy", ("special tokens: keep what the model sees ([CLS] ... [SEP]) "
-                  "or drop them"),
+    ("--policy", "special tokens: keep what the model sees, or drop them",
      {"choices": ("keep", "drop"), "default": "keep"}),
-    ("--view", ("texts longer than n: what the model sees ([SEP] at n - 1) "
-                "or the text's first n tokens"),
+    ("--view", "texts longer than n: what the model sees, or the first n tokens",
      {"choices": ("model", "corpus"), "default": "model"}),
 )
 STRESS_OPTIONS = (
-    ("--model", ("a Hugging Face id or local folder "
-                 "(offline: sentence-transformers/all-MiniLM-L6-v2)"),
+    ("--model", "a Hugging Face id or local folder",
      {"required": True, "metavar": "ID_OR_PATH"}),
     ("--corpus", "sst2, imdb, or a UTF-8 text file with one text per line",
      {"required": True, "metavar": "sst2|imdb|FILE"}),
@@ -86,25 +78,43 @@ STRESS_OPTIONS = (
     ("--sample-size", "a seeded sample of N texts", {"type": int, "metavar": "N"}),
     ("--data-dir", "sst2/imdb here (default: $POSGEOM_DATA_DIR)", {"metavar": "DIR"}),
     ("--json", "print one JSON object, not the table", {"action": "store_true"}),
-    ("--plot", "save D_H beside the model's distances", {"metavar": "FILE.png"}),
 )
 RUN_OPTIONS = (
-    ("--profile", ("smoke (seconds), default (a chapter in minutes on a laptop), "
-                   "reference (what the book shows: each chapter's parameters cell, "
-                   "memoised) or paper (full scale, a GPU)"),
+    ("--profile", ("smoke (seconds), default (minutes), reference (what the book "
+                   "shows, memoised) or paper (full scale, a GPU)"),
      {"required": True, "choices": sorted(PROFILES)}),
     ("--chapters", "default: every chapter", {"nargs": "+", "metavar": "CHAPTER"}),
     ("--device", "where models train", {"choices": ("auto", "cpu", "cuda")}),
     ("--model", "the chapters' model_name", {"metavar": "ID_OR_PATH"}),
     ("--out", "output folder (default: runs/<profile>-<date>)", {"metavar": "DIR"}),
-    ("--cap", (f"bound every size parameter ({', '.join(SIZE_PARAMETERS)}) "
-               "by N; recorded"),
+    ("--cap", f"bound every size parameter ({', '.join(SIZE_PARAMETERS)}) by N",
      {"type": int, "metavar": "N"}),
     ("--force", "rerun current chapters, retrain anew", {"action": "store_true"}),
     ("--source-dir", "the MyST chapters (default: notebooks/)", {"metavar": "DIR"}),
     ("--executor", "where independent runs train", {"choices": ("serial", "dask")}),
     ("--workers", "Dask workers with --executor dask", {"type": int, "metavar": "N"}),
     ("--scheduler", "a Dask scheduler, with --executor dask", {"metavar": "ADDRESS"}),
+)
+COUNT_OPTIONS = (
+    ("shards", "files, URLs or quoted patterns", {"nargs": "*", "metavar": "SHARD"}),
+    ("--hub", "a Hugging Face dataset or builder (json)", {"metavar": "DATASET"}),
+    ("--hub-config", "the dataset's configuration", {"metavar": "NAME"}),
+    ("--split", "the dataset split with --hub (default train)", {"default": "train"}),
+    ("--data-files", "files for a --hub builder", {"nargs": "+", "metavar": "FILE"}),
+    ("--text-field", "default: text", {"default": "text", "metavar": "NAME"}),
+    ("--model", "whose tokenizer to use", {"required": True, "metavar": "ID_OR_PATH"}),
+    ("--n", "number of positions to count", {"type": int, "required": True}),
+    *TOKEN_OPTIONS,
+    ("--align", "count from", {"choices": ("start", "end"), "default": "start"}),
+    ("--batch-size", "texts per tokenizer batch", {"type": int, "default": 2048}),
+    ("--split-every", "partial counts per tree node", {"type": int, "default": 8}),
+    ("--out", "where to write the counts", {"required": True, "metavar": "FILE.npz"}),
+    ("--no-cache", "count again, even if cached", {"action": "store_true"}),
+)
+COUNT_WHERE = (  # mutually exclusive
+    ("--workers", "local Dask workers (default 2)", {"type": int, "default": 2}),
+    ("--scheduler", "a running Dask scheduler's address", {"metavar": "ADDRESS"}),
+    ("--serial", "count in this process, no Dask", {"action": "store_true"}),
 )
 # fmt: on
 
@@ -143,77 +153,65 @@ def place_problem(path: Path, folder: bool = False) -> str | None:
     return None
 
 
-def output_place(option: str, value: Any, folder: bool = False) -> Path:
-    """``value`` as a path :func:`place_problem` accepts, else a :class:`UsageError`.
-    Chapter: *Reproduction ledger*."""
+def writable(option: str, value: Any = None, folder: bool = False) -> Path:
+    """``value`` (``None``: the cache folder) as a path :func:`place_problem` accepts,
+    else a :class:`UsageError` naming ``option``. Chapter: *Reproduction ledger*."""
+    if value is None:
+        fix = f"); set {CACHE_ENV} to a writable folder"
+        with usage(f"{CACHE_ENV}: cannot create the cache folder (", fix, (OSError,)):
+            value = cache_dir()
     path = Path(value).expanduser()
     if problem := place_problem(path, folder):
         raise UsageError(f"{option} {str(path)!r}: {problem}")
     return path
 
 
-def check_cache() -> None:
-    """Make sure the cache folder is writable. Chapter: *Reproduction ledger*."""
-    fix = f"); set {CACHE_ENV} to a writable folder"
-    with usage(f"{CACHE_ENV}: cannot create the cache folder (", fix, (OSError,)):
-        folder = cache_dir()
-    output_place(CACHE_ENV, folder, folder=True)
-
-
-def add_options(p: Any, options: tuple) -> None:
-    """Add ``(flag, help, keywords)`` rows. Chapter: *Reproduction ledger*."""
+def _add_options(p: Any, options: tuple) -> None:
     for flag, text, keywords in options:
         p.add_argument(flag, help=text, **keywords)
 
 
-def add_command(sub: Any, name: str, about: str, epilog: str, func: Any, options=()):
-    """Register sub-command ``name`` to run ``func``. Chapter: *Reproduction ledger*."""
-    raw = argparse.RawDescriptionHelpFormatter
-    description = textwrap.fill(about, 88)
-    p = sub.add_parser(
-        name, help=about, description=description, epilog=epilog, formatter_class=raw
-    )
-    p.set_defaults(func=func)
-    add_options(p, options)
-    return p
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``posgeom`` argument parser. Chapter: *Reproduction ledger*."""
-    from .count_command import add_count_parser
-
-    epilog = "posgeom COMMAND --help: its options"
-    parser = argparse.ArgumentParser(prog=PROG, epilog=epilog)
+    parser = argparse.ArgumentParser(prog=PROG, epilog="posgeom COMMAND --help")
     sub = parser.add_subparsers(dest="command", title="commands", required=True)
-    add_command(sub, "stress", STRESS_SUMMARY, STRESS_EPILOG, _stress, STRESS_OPTIONS)
-    add_command(sub, "run", RUN_SUMMARY, RUN_EPILOG, _run, RUN_OPTIONS)
-    add_count_parser(sub)
+    commands = {
+        "stress": (_stress, STRESS_OPTIONS, STRESS_EPILOG),
+        "run": (_run, RUN_OPTIONS, RUN_EPILOG),
+        "count": (_count, COUNT_OPTIONS, COUNT_EPILOG),
+    }
+    raw = argparse.RawDescriptionHelpFormatter
+    for name, (func, options, epilog) in commands.items():
+        about = func.__doc__  # one line
+        kw = {"help": about, "description": about, "epilog": epilog}
+        p = sub.add_parser(name, formatter_class=raw, **kw)
+        p.set_defaults(func=func)
+        _add_options(p, options)
+    _add_options(p.add_mutually_exclusive_group(), COUNT_WHERE)  # p: count
     return parser
 
 
 def _corpus(args: argparse.Namespace) -> Any:
     from ..corpus import LOCAL_FILES, Corpus, load_corpus
-
-    name, fix = args.corpus, ": pass a UTF-8 file, one text per line"
-    if name in LOCAL_FILES:
-        missing = (FileNotFoundError,)
-        data_dir = usage(f"--corpus {name}: ", " (or pass --data-dir DIR)", missing)
-        with usage("--split/--corpus: "), data_dir:
-            corpus = load_corpus(name, args.split, data_dir=args.data_dir)
-        return corpus.sample(args.sample_size)
-    path = Path(name).expanduser()
-    if not path.is_file():
-        problem = "is neither 'sst2', 'imdb' nor an existing file"
-        raise UsageError(f"--corpus {name!r} {problem}{fix}")
     from ..scale.counting import Shard, shard_texts
 
-    with usage(f"--corpus {name!r}: "):
-        texts = list(shard_texts(Shard(str(path), "text")))
-    if not texts:
-        problem = "holds no text (empty or blank lines only)"
-        raise UsageError(f"--corpus {name!r} {problem}{fix}")
-    labels = np.full(len(texts), -1, dtype=np.int64)
-    return Corpus(path.name, "file", texts, labels, str(path)).sample(args.sample_size)
+    name, path = args.corpus, Path(args.corpus).expanduser()
+    if name in LOCAL_FILES:
+        missing = usage(
+            f"--corpus {name}: ", " (or pass --data-dir DIR)", (FileNotFoundError,)
+        )
+        with usage("--split/--corpus: "), missing:
+            corpus = load_corpus(name, args.split, data_dir=args.data_dir)
+    elif not path.is_file():
+        raise UsageError(f"--corpus {name!r}: pass sst2, imdb or an existing text file")
+    else:
+        with usage(f"--corpus {name!r}: "):
+            texts = list(shard_texts(Shard(str(path), "text")))
+        if not texts:
+            raise UsageError(f"--corpus {name!r} holds no text: pass one text per line")
+        labels = np.full(len(texts), -1, dtype=np.int64)
+        corpus = Corpus(path.name, "file", texts, labels, str(path))
+    return corpus.sample(args.sample_size)
 
 
 def _marginals(args: argparse.Namespace) -> tuple[Any, Any, Any]:
@@ -225,12 +223,9 @@ def _marginals(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         needs = "stress needs 3 positions; pass e.g. --n 128"
         integer(args.n, "--n", minimum=3, fix=needs)
         integer(args.min_count, "--min-count", fix="pass e.g. --min-count 20")
-        if args.sample_size is not None:
-            integer(args.sample_size, "--sample-size", fix="omit it to use all texts")
-    if args.plot is not None:  # savefig writes a name without suffix as .png
-        plot = output_place("--plot", args.plot)
-        args.plot = str(plot.with_suffix(plot.suffix or ".png"))
-    check_cache()
+        fix = "omit it to use all texts"
+        integer(args.sample_size, "--sample-size", fix=fix, optional=True)
+    writable(CACHE_ENV, folder=True)
     corpus = _corpus(args)
     with usage(f"--model {args.model!r}: ", "", (ValueError, TypeError)):
         tokenizer = models.load_tokenizer(args.model)
@@ -278,20 +273,11 @@ def _model_encoding(name: str, config: Any, n: int) -> tuple[str, str, Any]:
     return "none", what, None
 
 
-def _row(name: str, kind: str, P: np.ndarray, D: np.ndarray) -> dict:
-    from ..geometry import monotonicity_violation_rate, stress
-
-    P = np.asarray(P, dtype=np.float64)
-    rate = monotonicity_violation_rate(P, "triplets", input_kind="encoding").rate
-    scores = (stress(P, D, "raw"), stress(P, D, "fitted"), rate)
-    row = {"encoding": name, "kind": kind, "width": int(P.shape[1])}
-    return row | dict(zip(SCORES, map(float, scores)))
-
-
 def _stress(args: argparse.Namespace) -> int:
+    """Stress and monotonicity of a model's positions, MDS and sinusoidal vs D_H."""
     from .. import geometry
     from ..encodings import mds_encoding, sinusoidal
-    from ..models import config_int, model_label
+    from ..models import config_int
 
     corpus, config, marg = _marginals(args)
     D = geometry.hellinger_distances(marg.mu())
@@ -300,80 +286,31 @@ def _stress(args: argparse.Namespace) -> int:
     width = config_int(config, "hidden_size", "d_model", "n_embd")
     width = width or (marg.n if P_model is None else P_model.shape[1])
     d_sin = width - width % 2 or 2
-    rows = [] if P_model is None else [_row(name, mechanism, P_model, D)]
-    rows.append(_row(f"MDS optimum (d={width})", "mds", mds_encoding(D, width), D))
-    sin = sinusoidal(marg.n, d_sin)
-    rows.append(_row(f"sinusoidal (d={d_sin})", "sinusoidal", sin, D))
+    encodings = {} if P_model is None else {name: np.asarray(P_model, np.float64)}
+    encodings[f"MDS optimum (d={width})"] = mds_encoding(D, width)
+    encodings[f"sinusoidal (d={d_sin})"] = sinusoidal(marg.n, d_sin)
+    table = geometry.stress_table(D, encodings)
     violations = geometry.monotonicity_violation_rate
-    rate = float(violations(D, "triplets", input_kind="distances").rate)
-    stats = {"name": corpus.name, "split": corpus.split, "source": corpus.source}
-    stats |= {"texts": len(corpus), "n_requested": args.n, "n": int(marg.n)}
-    stats |= {"policy": args.policy, "view": args.view, "min_count": args.min_count}
-    stats |= {"effective_rank": mds.effective_rank}
-    stats |= {"negative_mass": float(mds.negative_mass), "violation_rate": rate}
-    stats["support"] = [int(s) for s in marg.support]
-    info = {"model": str(args.model), "model_label": model_label(args.model)}
-    info |= {"mechanism": mechanism, "width": int(width), "corpus": stats, "rows": rows}
-    failure = None
-    if args.plot is not None:
-        try:
-            _plot(D, P_model, name, info, Path(args.plot))
-            info["plot"] = args.plot
-        except UsageError as exc:
-            failure = exc
-    print(json.dumps(info, indent=2, allow_nan=True) if args.json else _table(info))
-    if failure is not None:  # the results above are printed; the figure is not there
-        raise failure
+    rates = [violations(P, input_kind="encoding").rate for P in encodings.values()]
+    table["violation rate"] = rates
+    support = [int(s) for s in marg.support]
+    facts = {"model": str(args.model), "mechanism": mechanism, "width": int(width)}
+    facts |= {"corpus": f"{corpus.name}/{corpus.split}", "texts": len(corpus)}
+    facts |= {"n": int(marg.n), "support": support}
+    facts |= {"effective_rank": mds.effective_rank, "negative_mass": mds.negative_mass}
+    facts["violation_rate"] = violations(D, input_kind="distances").rate
+    if args.json:
+        print(json.dumps(facts | {"table": table.to_dict("index")}, indent=2))
+        return 0
+    facts["support"] = f"{min(support)}..{max(support)} texts per position"
+    for key, value in facts.items():
+        print(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
+    print("\n" + table.to_string(float_format=lambda x: f"{x:.4f}"))
     return 0
 
 
-def _table(info: dict) -> str:
-    c, model = info["corpus"], info["model_label"]
-    support = f"support {min(c['support'])}..{max(c['support'])} texts per position"
-    asked = f"asked {c['n_requested']}, min-count {c['min_count']}"
-    mass = f"negative eigenvalue mass {c['negative_mass']:.3g}"
-    rate = f"violation rate {c['violation_rate']:.3f}"
-    lines = [
-        f"model:  {model}  ({info['mechanism']}, width {info['width']})",
-        f"corpus: {c['name']}/{c['split']}, {c['texts']} texts, policy={c['policy']}",
-        f"positions: n={c['n']} ({asked}; {support})",
-        f"D_H: effective rank {c['effective_rank']}, {mass}, {rate}",
-        "",
-    ]
-    header = ("encoding", "width", "raw stress", "fitted stress", "violation rate")
-    body = [
-        [r["encoding"], str(r["width"])]
-        + [f"{r[k]:.4f}" if math.isfinite(r[k]) else "nan" for k in SCORES]
-        for r in info["rows"]
-    ]
-    widths = [max(map(len, column)) for column in zip(header, *body)]
-    for row in [header, ["-" * w for w in widths], *body]:
-        cells = [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
-        lines.append("  ".join([row[0].ljust(widths[0]), *cells]))
-    figure = ["", f"figure: {info['plot']}"] if "plot" in info else []
-    return "\n".join(lines + figure)
-
-
-def _plot(D: np.ndarray, P: Any, name: str, info: dict, path: Path) -> None:
-    from matplotlib.figure import Figure  # no pyplot: no global backend, no display
-
-    from ..geometry import pairwise_distances
-
-    panels = [(f"D_H (corpus: {info['corpus']['name']})", D)]
-    if P is not None:
-        panels.append((f"{name}: |p_i - p_j|", pairwise_distances(P)))
-    fig = Figure(figsize=(5.0 * len(panels), 4.4), layout="constrained")
-    for k, (title, M) in enumerate(panels):
-        ax = fig.add_subplot(1, len(panels), k + 1)
-        fig.colorbar(ax.imshow(M, cmap="viridis", origin="upper"), ax=ax, shrink=0.85)
-        ax.set_title(title, fontsize=10)
-        ax.set(xlabel="position j", ylabel="position i")
-    fig.suptitle(f"{info['model_label']}, n={info['corpus']['n']}", fontsize=11)
-    with usage(f"--plot {str(path)!r}: cannot save it (", ")", (OSError, ValueError)):
-        fig.savefig(path, dpi=100)
-
-
 def _run(args: argparse.Namespace) -> int:
+    """Re-execute chapters under a profile: notebook and results.json per chapter."""
     from .runner import RunError, run_chapters
 
     out = Path(args.out).expanduser() if args.out else None
@@ -386,6 +323,85 @@ def _run(args: argparse.Namespace) -> int:
     except RunError as exc:
         raise UsageError(f"{exc.argument}: {exc}") from exc
     return 0 if summary.ok else 1
+
+
+def _shards(args: argparse.Namespace) -> list:
+    from ..scale.counting import file_shards, hub_shards
+
+    if bool(args.shards) == bool(args.hub):
+        raise UsageError(
+            "pass shard files (SHARD ...) or --hub DATASET, not both and not neither"
+        )
+    with usage():
+        integer(args.n, "--n", fix="the number of positions, e.g. --n 512")
+        integer(args.workers, "--workers", fix="pass e.g. --workers 2")
+        if Path(args.out).expanduser().suffix != ".npz":
+            what = "a file name ending in .npz"
+            raise fail("--out", what, args.out, "a NumPy archive")
+    where = "--hub: " if args.hub else "SHARD: "
+    with usage(where, "", (ValueError, FileNotFoundError)):
+        if args.hub:
+            hub = (args.hub, args.hub_config, args.split, args.text_field)
+            return hub_shards(*hub, args.data_files)
+        return file_shards(args.shards, text_field=args.text_field)
+
+
+def _provenance(args: argparse.Namespace, result: Any, seconds: float) -> dict:
+    from .runner import git_state, library_versions
+
+    params, (commit, dirty) = result.params, git_state()
+    stats, cached = params.get("shard_stats", []), bool(params.get("from_cache"))
+    tokens = sum(s.get("tokens", 0) for s in stats)
+    executor = "serial" if args.serial else "dask"
+    out = {"command": "posgeom count", "shards": params.get("shards", [])}
+    out |= {"shard_stats": stats, "tokenizer": params.get("tokenizer")}
+    out |= {"tokenizer_sha": params.get("tokenizer_sha"), "n": result.n, "V": result.V}
+    out |= {"special_tokens": args.policy, "align": args.align, "view": args.view}
+    out |= {"texts": result.num_sequences, "tokens": tokens, "executor": executor}
+    workers = None if args.serial or args.scheduler else args.workers
+    out |= {"workers": workers, "scheduler": args.scheduler, "from_cache": cached}
+    rate = round(tokens / seconds, 1) if seconds > 0 and not cached else None
+    out |= {"seconds": round(seconds, 3), "tokens_per_second": rate}
+    versions = library_versions("dask", "distributed", "fsspec")
+    out |= {"commit": commit, "dirty": dirty, "versions": versions}
+    out |= {"host": socket.gethostname(), "platform": platform.platform()}
+    return out | {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def _count(args: argparse.Namespace) -> int:
+    """Count tokens per position over a sharded corpus (Dask or one process)."""
+    from ..cache import write_json
+    from ..models import load_tokenizer
+    from ..scale.counting import ShardError, sharded_marginals
+
+    shards, out = _shards(args), writable("--out", args.out)
+    if not args.no_cache:
+        writable(CACHE_ENV, folder=True)
+    with usage(f"--model {args.model!r}: ", "", (OSError, ValueError)):
+        tokenizer = load_tokenizer(args.model)
+    names = ("align", "workers", "scheduler", "view", "batch_size", "split_every")
+    options = {name: getattr(args, name) for name in names}
+    options["executor"] = "serial" if args.serial else "dask"
+    options |= {"special_tokens": args.policy, "cache": not args.no_cache}
+    start = time.perf_counter()
+    shard_error = usage("SHARD: ", " (nothing was written)", (ShardError,))
+    failure = usage(errors=(ValueError, FileNotFoundError, ConnectionError))
+    with failure, shard_error:
+        result = sharded_marginals(shards, tokenizer, args.n, **options)
+    seconds = time.perf_counter() - start
+    info = _provenance(args, result, seconds)
+    rate, executor = info["tokens_per_second"], info["executor"]
+    how = "read from the cache" if rate is None else f"{rate:,.0f} tokens/s, {executor}"
+    print(
+        f"counted {info['texts']:,} texts ({info['tokens']:,} tokens) in {len(shards)} "
+        f"shards, {seconds:.1f} s ({how}); n={result.n}, V={result.V}",
+        flush=True,
+    )
+    with usage(f"--out {str(out)!r}: cannot write the counts (", ")", (OSError,)):
+        result.save(out)
+        write_json(out.with_suffix(".json"), info)
+    print(f"wrote {out} and {out.with_suffix('.json')}", flush=True)
+    return 0
 
 
 @contextmanager

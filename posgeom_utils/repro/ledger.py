@@ -12,8 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ NOT_CHECKABLE = "not checkable here"
 NOT_IDENTIFIABLE = "not identifiable"
 VERDICTS = (REPRODUCED, DIFFERENT_DEFINITION, NOT_IDENTIFIABLE)
 VERDICTS += (BY_CONSTRUCTION, DIFFERS, NOT_CHECKABLE)
-#: the verdict when a chapter's results for a profile are absent
+#: the verdict, per profile, when a chapter's results are absent
 PENDING = {p: f"pending a {p} run" for p in ("smoke", "default", "reference")}
 PENDING["paper"] = "pending a GPU run"
 #: the verdict when the results lack a key the check needs
@@ -37,13 +36,19 @@ LEDGER_PROFILES = ("reference", "paper")
 DEFAULT_CLAIMS = Path(__file__).resolve().parents[2] / "book" / "paper_claims.yaml"
 OPS = {"<": float.__lt__, "<=": float.__le__, ">": float.__gt__, ">=": float.__ge__}
 _TEMPLATE = re.compile(r"\{([A-Za-z0-9_\-]+)(?::([^{}]*))?\}")
+_ROW_VERDICTS = (REPRODUCED, DIFFERENT_DEFINITION, BY_CONSTRUCTION)
+_PAPER_FIX = "name a key of posgeom_utils.repro.paper.REPORTED, or 'key_a / key_b'"
+_CHECK_FORM = (
+    "write {key, op, value | other | paper} (op: < <= > >= == !=), "
+    "{key, op: between, low, high}, {asserted: TEXT}, {all: [...]} or {any: [...]}"
+)
 
 
 class ClaimError(ValueError):
     """A malformed row of the ledger. Chapter: *Reproduction ledger*."""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Claim:
     """One row of ``book/paper_claims.yaml``. Chapter: *Reproduction ledger*."""
 
@@ -57,11 +62,11 @@ class Claim:
     quantity: str = ""
     verdict: str = REPRODUCED
     definition: str = ""
-    alternatives: tuple[dict[str, Any], ...] = ()
+    alternatives: Sequence[dict[str, Any]] = ()
     not_checkable: str = ""
     evidence: str = ""
     headline: str = ""
-    also: tuple[str, ...] = ()
+    also: Sequence[str] = ()
 
     def keys(self) -> list[str]:
         """Every glued key the row reads, once. Chapter: *Reproduction ledger*."""
@@ -78,20 +83,22 @@ def _pending(profile: str) -> str:
     return PENDING.get(profile, f"pending a {profile} run")
 
 
+def _unknown_paper(ref: Any) -> bool:
+    names = [part.strip() for part in str(ref).split("/")]
+    return len(names) > 2 or not set(names) <= set(REPORTED)
+
+
 def paper_value(ref: str) -> float:
     """A REPORTED key's number, or ``"a / b"``. Chapter: *Reproduction ledger*."""
-    names = [part.strip() for part in ref.split("/")]
-    unknown = [n for n in names if n not in REPORTED]
-    if unknown or len(names) > 2:
-        where = "posgeom_utils.repro.paper.REPORTED"
-        raise ClaimError(f"paper value {ref!r}: {unknown or ref} not in {where}")
-    values = [float(REPORTED[n][0]) for n in names]
+    if _unknown_paper(ref):
+        raise ClaimError(f"paper value {ref!r}: {_PAPER_FIX}")
+    values = [float(REPORTED[part.strip()][0]) for part in ref.split("/")]
     return values[0] / values[1] if len(values) == 2 else values[0]
 
 
-def _leaves(check: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _leaves(check: Any) -> list[Any]:
     for mode in ("all", "any"):
-        if mode in check:
+        if isinstance(check, Mapping) and mode in check:
             return [leaf for sub in check[mode] for leaf in _leaves(sub)]
     return [check]
 
@@ -102,54 +109,46 @@ def check_keys(check: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(c[n] for c in leaves for n in ("key", "other") if n in c))
 
 
-def _validate(check: Any) -> None:
-    for leaf in _leaves(check) if isinstance(check, Mapping) else [check]:
-        if not isinstance(leaf, Mapping):
-            raise ClaimError(f"a check is a mapping, got {leaf!r}")
-        if "asserted" in leaf:
-            continue
-        op = leaf.get("op")
-        if op not in (*OPS, "==", "!=", "between") or "key" not in leaf:
-            raise ClaimError(
-                f"a check needs 'key' and an op in < <= > >= == != between, got {leaf}"
-            )
-        sides = [s for s in ("value", "other", "paper") if s in leaf]
-        if (op == "between") != (not sides) or len(sides) > 1:
-            raise ClaimError(
-                f"op {op!r} compares with exactly one of value/other/paper, got {leaf}"
-            )
-        if "paper" in leaf:
-            paper_value(leaf["paper"])
+def _leaf_problem(leaf: Any) -> str | None:
+    """What is wrong with one comparison of a check, and the fix; None if nothing."""
+    if not isinstance(leaf, Mapping):
+        return f"{leaf!r}: {_CHECK_FORM}"
+    if "asserted" in leaf:
+        return None
+    op, sides = leaf.get("op"), set(leaf) & {"value", "other", "paper", "low", "high"}
+    one_side = sides in ({"value"}, {"other"}, {"paper"})
+    between = op == "between" and sides == {"low", "high"}
+    if "key" not in leaf or not (between or one_side and op in (*OPS, "==", "!=")):
+        return f"{leaf!r}: {_CHECK_FORM}"
+    if "paper" in leaf and _unknown_paper(leaf["paper"]):
+        return f"paper {leaf['paper']!r}: {_PAPER_FIX}"
+    return None
 
 
-def _row(item: Mapping[str, Any]) -> Claim:
-    unknown = sorted(set(item) - {f.name for f in dataclasses.fields(Claim)})
-    if unknown or not {"id", "chapter", "statement", "ours"} <= set(item):
-        raise ClaimError(
-            f"fields {unknown} unknown, or id/chapter/statement/ours missing"
-        )
-    checked = ("check" in item) != bool(item.get("not_checkable"))
-    if ("value" in item) == ("text" in item) or not checked:
-        raise ClaimError("give one of value/text, and a check unless not_checkable")
-    alternatives = item.get("alternatives", [])
-    for check in [item.get("check"), *(a["check"] for a in alternatives)]:
-        if check is not None:
-            _validate(check)
-    if item.get("value"):
-        paper_value(item["value"])
-    allowed = (REPRODUCED, DIFFERENT_DEFINITION, BY_CONSTRUCTION)
-    if item.get("verdict", REPRODUCED) not in allowed:
-        raise ClaimError("verdict must be {}, {} or {}".format(*allowed))
+def _row_problem(item: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The first wrong field of a row and its fix; None if the row is right."""
+    if unknown := sorted(set(item) - {f.name for f in dataclasses.fields(Claim)}):
+        return ", ".join(unknown), "not a field; the header of the file lists them"
+    if missing := [f for f in ("id", "chapter", "statement", "ours") if f not in item]:
+        return ", ".join(missing), "every row needs id, chapter, statement and ours"
+    if ("value" in item) == ("text" in item):
+        return "value/text", "give one: the paper's number by name, or its words"
+    if ("check" in item) == bool(item.get("not_checkable")):
+        return "check", "give a check, or not_checkable with the reason (not both)"
+    if "value" in item and _unknown_paper(item["value"]):
+        return "value", f"{item['value']!r}: {_PAPER_FIX}"
+    if item.get("verdict", REPRODUCED) not in _ROW_VERDICTS:
+        return "verdict", "use one of: " + ", ".join(_ROW_VERDICTS)
     also = item.get("also", [])
     if not isinstance(also, list) or item["chapter"] in also:
-        raise ClaimError("also lists the other chapters whose keys the row reads")
-    text = {k: " ".join(str(v).split()) for k, v in item.items() if isinstance(v, str)}
-    alternatives = tuple(
-        {"check": a["check"], "definition": " ".join(a["definition"].split())}
-        | {"matches": tuple(a.get("matches", ()))}
-        for a in alternatives
-    )
-    return Claim(**{**item, **text, "alternatives": alternatives, "also": tuple(also)})
+        return "also", "list the other chapters whose keys the row reads"
+    checks = [("check", item["check"])] if "check" in item else []
+    checks += [("alternatives", a["check"]) for a in item.get("alternatives", [])]
+    for field, check in checks:
+        for leaf in _leaves(check):
+            if problem := _leaf_problem(leaf):
+                return field, problem
+    return None
 
 
 def load_claims(path: str | Path | None = None) -> list[Claim]:
@@ -157,17 +156,15 @@ def load_claims(path: str | Path | None = None) -> list[Claim]:
     import yaml
 
     path = Path(path) if path is not None else DEFAULT_CLAIMS
-    claims: list[Claim] = []
     rows = yaml.safe_load(path.read_text(encoding="utf-8"))["claims"]
     for k, item in enumerate(rows):
-        try:
-            claims.append(_row(item))
-        except ClaimError as exc:
+        if problem := _row_problem(item):
             where = f"{path} row {k + 1} ({item.get('id')!r})"
-            raise ClaimError(f"{where}: {exc}") from None
-    if len({c.id for c in claims}) != len(claims):
-        raise ClaimError(f"{path}: duplicate ids")
-    return claims
+            raise ClaimError(f"{where}, field {problem[0]}: {problem[1]}")
+    ids = [item["id"] for item in rows]
+    if twice := sorted({i for i in ids if ids.count(i) > 1}):
+        raise ClaimError(f"{path}: ids {twice} are used twice; give each row its own")
+    return [Claim(**item) for item in rows]
 
 
 def as_number(value: Any) -> float | None:
@@ -189,6 +186,11 @@ def _fmt(x: Any) -> str:
     return repr(x) if isinstance(x, str) else str(x)
 
 
+def _number(name: str, results: Mapping[str, Any]) -> float | None:
+    x = as_number(results.get(name))
+    return None if x is None or math.isnan(x) else x
+
+
 def _not_a_number(name: str, results: Mapping[str, Any]) -> tuple[bool, str]:
     return False, f"{name} = {_fmt(results.get(name, 'missing'))} is not a number"
 
@@ -205,8 +207,7 @@ def evaluate_check(
         held = "the chapter ran to completion, so its assertion held"
         return True, f"{held}: {check['asserted']}"
     key, op = check["key"], check["op"]
-    x = as_number(results.get(key))
-    if x is None or math.isnan(x):
+    if (x := _number(key, results)) is None:
         return _not_a_number(key, results)
     if op == "between":
         passed = check["low"] <= x <= check["high"]
@@ -215,8 +216,8 @@ def evaluate_check(
     if "value" in check:
         base, name = float(check["value"]), _fmt(check["value"])
     elif "other" in check:
-        base, name = as_number(results.get(check["other"])), check["other"]
-        if base is None or math.isnan(base):
+        name = check["other"]
+        if (base := _number(name, results)) is None:
             return _not_a_number(name, results)
     else:
         base, name = paper_value(check["paper"]), f"paper {check['paper']}"
@@ -268,29 +269,11 @@ def scale_label(payload: Mapping[str, Any] | None, profile: str) -> str:
 
 
 def _provenance(payload: Mapping[str, Any] | None, profile: str) -> dict[str, Any]:
-    scale = scale_label(payload, profile)
-    payload = payload or {}
-    parts = ("provenance", "parameters", "results")
-    prov, params, results = (payload.get(k, {}) or {} for k in parts)
-    model = params.get("model_name") or results.get("model")
-    model = model or results.get("tokenizer_name")
-    corpora = "/".join(
-        str(params[k]) for k in ("dataset", "other_dataset") if params.get(k)
-    )
-    split = f" {params['split']}" if params.get("split") and corpora else ""
-    data = [corpora + split] if corpora else []
-    if "sample_size" in params:
-        size = params["sample_size"]
-        data.append("all texts" if size is None else f"{size} texts")
-    data += [
-        f"{k}={params[k]}" for k in ("n", "min_count", "special_tokens") if k in params
-    ]
+    prov = (payload or {}).get("provenance", {}) or {}
     commit = prov.get("commit")
     dirty = " (dirty)" if prov.get("dirty") else ""
     return {
-        "scale": scale,
-        "model": str(model or ("all-MiniLM-L6-v2 (packaged)" if payload else "")),
-        "data": ", ".join(data) or ("synthetic" if payload else ""),
+        "scale": scale_label(payload, profile),
         "device": prov.get("device_name") or "",
         "commit": commit[:7] + dirty if commit else "",
         "date": (prov.get("finished") or "")[:10],
@@ -341,6 +324,19 @@ def _outcome(ours: str, verdict: str, evidence: str = "", check: str = "") -> di
     return {"ours": ours, "verdict": verdict, "evidence": evidence, "check": check}
 
 
+def _alternative(alt: Mapping[str, Any], results: Mapping[str, Any]) -> tuple[str, str]:
+    """The verdict and words of an alternative definition that holds."""
+    values = [as_number(results.get(key)) for key in alt.get("matches", ())]
+    shared = values and None not in values and math.prod(values) >= 2
+    text = "it holds " + render(alt["definition"], results)[0]
+    if shared:  # a search match that chance explains
+        text += (
+            f"; about {math.prod(values):,.0f} settings of the search match as "
+            "well, so the match does not tell which definition the paper used"
+        )
+    return (NOT_IDENTIFIABLE if shared else DIFFERENT_DEFINITION), text
+
+
 def judge(
     claim: Claim, payload: Mapping[str, Any] | None, profile: str
 ) -> dict[str, str]:
@@ -365,20 +361,11 @@ def judge(
     for alt in claim.alternatives:
         passed, message = evaluate_check(alt["check"], results)
         tried.append(message)
-        if not passed:
-            continue
-        values = [as_number(results.get(key)) for key in alt["matches"]]
-        shared = values and None not in values and math.prod(values) >= 2
-        text = "it holds " + render(alt["definition"], results)[0]
-        if shared:  # a search match that chance explains
-            text += (
-                f"; about {math.prod(values):,.0f} settings of the search match as "
-                "well, so the match does not tell which definition the paper used"
-            )
-        failed = "As the paper defines it, the check fails"
-        verdict = NOT_IDENTIFIABLE if shared else DIFFERENT_DEFINITION
-        evidence = _sentences(failed, text, evidence)
-        return _outcome(ours, verdict, evidence, "; ".join(tried))
+        if passed:
+            verdict, text = _alternative(alt, results)
+            failed = "As the paper defines it, the check fails"
+            evidence = _sentences(failed, text, evidence)
+            return _outcome(ours, verdict, evidence, "; ".join(tried))
     return _outcome(ours, DIFFERS, _sentences(evidence), "; ".join(tried))
 
 

@@ -5,6 +5,8 @@ Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
 
+from ..checks import choice
+
 #: key -> (reported value, what it is)
 # fmt: off
 REPORTED: dict[str, tuple[float, str]] = {
@@ -32,6 +34,4 @@ REPORTED: dict[str, tuple[float, str]] = {
 def reported(key: str) -> float:
     """The paper's reported value for ``key`` (see :data:`REPORTED`).
     Chapter: *Reproduction ledger*."""
-    if key not in REPORTED:
-        raise ValueError(f"no reported value {key!r}; known keys: {sorted(REPORTED)}")
-    return REPORTED[key][0]
+    return REPORTED[choice(key, "key", sorted(REPORTED))][0]

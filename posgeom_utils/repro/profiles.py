@@ -1,7 +1,6 @@
-"""Named parameter sets, overriding values of the chapters' ``parameters`` cells:
-``smoke`` (seconds), ``default`` (minutes on a laptop), ``reference`` (the cells as they
-are: what the book shows), ``paper`` (a GPU, the paper's model). Chapter: *Reproduction
-ledger*."""
+"""Named parameter sets overriding the chapters' ``parameters`` cells: ``smoke``
+(seconds), ``default`` (minutes on a laptop), ``reference`` (the cells as they are),
+``paper`` (a GPU, the paper's model). Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
 
@@ -16,21 +15,20 @@ BERT = "bert-base-uncased"
 SIZE_PARAMETERS = ("sample_size", "task_size", "train_steps", "finetune_steps",
                    "synthetic_sequences", "planted_sequences", "num_sequences",
                    "other_sample_size", "width_steps")
+#: the corpus sizes shared by the chapters that count real text
+_TEXT = {"sample_size": 3000, "n": 64, "min_count": 20}
+_PAPER_TEXT = {"model_name": BERT, "sample_size": None, "n": 512, "min_count": 100}
 
 # a table, one entry per chapter
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "smoke": {
-        "positions_in_real_text": {"sample_size": 3000, "n": 128, "min_count": 20,
-                                   "replicates": 30},
-        "mds_optimality": {"sample_size": 3000, "n": 64, "min_count": 20,
-                           "synthetic_n": 32, "synthetic_sequences": 1000,
+        "positions_in_real_text": {**_TEXT, "n": 128, "replicates": 30},
+        "mds_optimality": {**_TEXT, "synthetic_n": 32, "synthetic_sequences": 1000,
                            "replicates": 10},
-        "stress_forensics": {"sample_size": 3000, "n": 64, "min_count": 20,
-                             "replicates": 10},
-        "low_rank": {"sample_size": 3000, "n": 64, "min_count": 20,
-                     "planted_sequences": 3000, "task_size": 1500, "train_steps": 40,
-                     "n_seeds": 2, "probe_size": 200, "probe_len": 16,
-                     "probe_ranks": [0, 2], "replicates": 5},
+        "stress_forensics": {**_TEXT, "replicates": 10},
+        "low_rank": {**_TEXT, "planted_sequences": 3000, "task_size": 1500,
+                     "train_steps": 40, "n_seeds": 2, "probe_size": 200,
+                     "probe_len": 16, "probe_ranks": [0, 2], "replicates": 5},
         "necessity": {"task_len": 16, "synthetic_n": 8, "sample_size": 300,
                       "n_seeds": 2, "train_steps": 30},
         "separation": {"train_steps": 30, "task_size": 600, "synthetic_sequences": 600,
@@ -38,7 +36,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
                        "gd_steps": 10, "sample_size": 64, "finetune_len": 16,
                        "finetune_steps": 4, "finetune_eval_every": 2,
                        "finetune_seeds": 2},
-        "monotonicity": {"sample_size": 3000, "n": 24, "n_max": 64, "min_count": 20,
+        "monotonicity": {**_TEXT, "n": 24, "n_max": 64,
                          "random_tables": 5, "task_size": 1000, "train_steps": 20,
                          "synthetic_sequences": 600, "widths": [8, 32],
                          "width_steps": 30, "width_seeds": 1, "replicates": 5,
@@ -73,21 +71,15 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
                              "train_steps": 300, "eval_every": 50, "n_seeds": 2,
                              "encoding_seeds": 2, "ranks": [2]},
     },
-    # what the book shows: each chapter's parameters cell, its expensive runs
-    # memoised in book/results/store and its numbers committed under
-    # book/results/reference
+    # what the book shows: each chapter's parameters cell as it is
     "reference": {chapter: {} for chapter in (
         "positions_in_real_text", "mds_optimality", "stress_forensics", "low_rank",
         "necessity", "separation", "monotonicity", "layerwise", "learned_geometry")},
     "paper": {
-        "positions_in_real_text": {"model_name": BERT, "sample_size": None, "n": 512,
-                                   "min_count": 100},
-        "mds_optimality": {"model_name": BERT, "sample_size": None, "n": 512,
-                           "min_count": 100, "synthetic_sequences": 20000},
-        "stress_forensics": {"model_name": BERT, "sample_size": None, "n": 512,
-                             "min_count": 100},
-        "low_rank": {"model_name": BERT, "sample_size": None, "n": 512,
-                     "min_count": 100, "task_size": 60000, "train_steps": 3000,
+        "positions_in_real_text": _PAPER_TEXT,
+        "mds_optimality": {**_PAPER_TEXT, "synthetic_sequences": 20000},
+        "stress_forensics": _PAPER_TEXT,
+        "low_rank": {**_PAPER_TEXT, "task_size": 60000, "train_steps": 3000,
                      "n_seeds": 5},
         "necessity": {"model_name": BERT, "task_len": 64, "sample_size": None, "d": 128,
                       "n_seeds": 10, "train_steps": 3000},
@@ -101,8 +93,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "layerwise": {"model_name": BERT, "n": 54, "other_n": 512, "sample_size": None,
                       "other_sample_size": 25000, "probe_min_count": 100,
                       "batch_size": 128},
-        # BERT-small sized (4 layers, width 256), the full vocabulary: one GPU,
-        # about 10 min
+        # BERT-small sized (4 layers, width 256), the full vocabulary: one GPU, 10 min
         "learned_geometry": {"model_name": BERT, "n": 128, "other_n": 64,
                              "vocab_size": None, "d": 256, "n_layers": 4,
                              "train_steps": 3000, "batch_size": 128, "lr": 0.001,

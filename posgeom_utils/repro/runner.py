@@ -3,9 +3,8 @@ results with provenance.
 
 Chapter: *Reproduction ledger*. Each chapter gets ``<out>/<chapter>/``: the executed
 notebook, ``results.json`` (parameters, glued results, provenance), ``failed.json``
-after a failure and resumable ``checkpoints/``. A chapter whose results have the same
-:data:`SKIP_KEYS` is skipped; the git commit and where training ran are recorded, not
-compared."""
+after a failure and resumable ``checkpoints/``; one with the same :data:`SKIP_KEYS` is
+skipped."""
 
 from __future__ import annotations
 
@@ -30,6 +29,7 @@ from unittest.mock import patch
 from .. import checks
 from ..cache import read_json, write_json
 from ..models import device_name
+from ..scale.sweeps import ENVIRONMENT, EXECUTORS
 from .profiles import PROFILES, SIZE_PARAMETERS, chapter_parameters
 from .reference import RESULTS_ROOT, read_run
 from .results import CHECKPOINT_ENV, RESULTS_ENV
@@ -42,10 +42,6 @@ LIBRARIES = tuple(
 )
 #: provenance that must match to skip a chapter, or to resume from its checkpoints
 SKIP_KEYS = ("profile", "requested_parameters", "package_version", "code_hash")
-#: where independent training runs execute: read by ``scale.sweeps.run_sweep``
-EXECUTION_ENV = {
-    n: f"POSGEOM_{n.upper()}" for n in ("executor", "workers", "scheduler")
-}
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -64,7 +60,6 @@ class RunSummary:
     Chapter: *Reproduction ledger*."""
 
     out: Path
-    profile: str
     ran: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
@@ -76,15 +71,21 @@ class RunSummary:
         return not self.failed
 
     def __str__(self) -> str:
-        names = ", ".join(self.failed)
-        failed = f" (failed: {names}; see <chapter>/failed.json)" if names else ""
         counts = f"{len(self.ran)} ran, {len(self.skipped)} skipped, "
         counts += f"{len(self.failed)} failed in {sum(self.seconds.values()):.1f} s"
-        return f"{counts}; results in {self.out}{failed}"
+        failed = ", ".join(self.failed)
+        why = f" (failed: {failed}; see <chapter>/failed.json)" if failed else ""
+        return f"{counts}; results in {self.out}{why}"
 
 
-def _source_dir(source_dir: Path | None) -> Path:
-    return Path(source_dir) if source_dir is not None else REPO_ROOT / "notebooks"
+@dataclass
+class _Plan:
+    chapter: str
+    source: Path
+    notebook: Any
+    folder: Path
+    parameters: dict[str, Any]
+    identity: dict[str, Any]
 
 
 def _declared(nb: Any) -> dict[str, Any]:
@@ -126,14 +127,12 @@ def requested_parameters(
     return params
 
 
-def _check_request(
-    profile: str, cap: Any, executor: Any, workers: Any, scheduler: Any
-) -> None:
+def _check_request(profile, cap, executor, workers, scheduler) -> None:
     """A :class:`RunError` naming the first bad option given."""
     given = (
         ("--profile", checks.choice, profile, sorted(PROFILES)),
         ("--cap", checks.integer, cap, 1, None, "pass e.g. --cap 2000"),
-        ("--executor", checks.choice, executor, ("serial", "dask")),
+        ("--executor", checks.choice, executor, EXECUTORS),
         ("--workers", checks.integer, workers, 1, None, "pass e.g. --workers 2"),
     )
     for option, check, value, *args in given:
@@ -151,11 +150,9 @@ def _check_request(
             raise RunError(name, message)
 
 
-def _chapters(
-    source_dir: Path | None, chapters: list[str] | None
-) -> tuple[Path, list[str]]:
-    """The chapter folder and the chapters to run (default: all)."""
-    source_dir, fix = _source_dir(source_dir), "pass --source-dir DIR"
+def _chapters(source_dir: Path, chapters: list[str] | None) -> list[str]:
+    """The chapters to run (default: all MyST notebooks in ``source_dir``)."""
+    fix = "pass --source-dir DIR"
     if not source_dir.is_dir():
         what = "(the folder holding the chapters' .md notebooks)"
         message = f"chapter folder {str(source_dir)!r} does not exist: {fix} {what}"
@@ -174,10 +171,11 @@ def _chapters(
     if unknown := ", ".join(c for c in chapters if c not in valid):
         message = f"unknown chapter(s) {unknown}: choose from {', '.join(valid)}"
         raise RunError("--chapters", message)
-    return source_dir, list(dict.fromkeys(chapters))
+    return list(dict.fromkeys(chapters))
 
 
 def _device(device: str | None, profile: str, cap: int | None) -> str:
+    """Where the chapters run, refusing an uncapped paper run on the CPU."""
     where, cap_it = device_name(device or "auto"), "--cap N (e.g. --cap 2000)"
     uncapped_paper = profile == "paper" and cap is None
     if where.startswith("unavailable"):
@@ -225,34 +223,26 @@ def library_versions(*extra: str) -> dict[str, str | None]:
     return versions
 
 
-def _cpu() -> str:
-    """Processor, cores, SIMD: trained numbers can differ between processors."""
+def _machine(where: str, cap: int | None, execution: dict) -> dict[str, Any]:
+    """The provenance every chapter of one run shares: code state and machine
+    (processor, cores and SIMD too: trained numbers can differ between processors)."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
         lines = []
-    names = [
-        line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")
-    ]
+    names = (line.split(":", 1)[1].strip() for line in lines if "model name" in line)
     flags = next((line for line in lines if line.startswith("flags")), "")
     simd = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
-    name = names[0] if names else platform.processor() or platform.machine()
-    return f"{name}, {os.cpu_count()} cores, {simd}"
+    cpu = next(names, None) or platform.processor() or platform.machine()
+    commit, dirty = git_state()
+    common = {"commit": commit, "dirty": dirty, "device_name": where, "cap": cap}
+    common |= {"execution": execution, "libraries": library_versions()}
+    common["cpu"] = f"{cpu}, {os.cpu_count()} cores, {simd}"
+    return common | {"hostname": socket.gethostname(), "platform": platform.platform()}
 
 
-@dataclass
-class _Plan:
-    chapter: str
-    source: Path
-    notebook: Any
-    folder: Path
-    parameters: dict[str, Any]
-    identity: dict[str, Any]
-
-
-def _plan(
-    chapter: str, source_dir: Path, out: Path, profile: str, options: dict[str, Any]
-) -> _Plan:
+def _plan(chapter: str, source_dir: Path, out: Path, options: dict[str, Any]) -> _Plan:
+    """What to run for ``chapter``: its notebook, parameters and identity."""
     import jupytext
 
     from .. import __version__
@@ -265,7 +255,8 @@ def _plan(
         fix = f"fix {source} or leave the chapter out"
         message = f"{chapter}: its parameters cell is not valid Python ({exc}); {fix}"
         raise RunError("--chapters", message) from exc
-    params = requested_parameters(chapter, profile, declared, **options)
+    profile = options["profile"]
+    params = requested_parameters(chapter, declared=declared, **options)
     params = json.loads(json.dumps(params, default=str))
     identity = dict(zip(SKIP_KEYS, (profile, params, __version__, code_hash(source))))
     return _Plan(chapter, source, nb, out / chapter, params, identity)
@@ -292,20 +283,20 @@ def run_chapters(
     from .cli import place_problem
 
     _check_request(profile, cap, executor, workers, scheduler)
-    source_dir, chapters = _chapters(source_dir, chapters)
+    source_dir = Path(source_dir or REPO_ROOT / "notebooks")
+    chapters = _chapters(source_dir, chapters)
     where = _device(device, profile, cap)
-    default = Path.cwd() / "runs" / f"{profile}-{date.today().isoformat()}"
-    out = Path(default if out is None else out)
+    out = Path(out or Path.cwd() / "runs" / f"{profile}-{date.today().isoformat()}")
     if problem := place_problem(out, folder=True):
         raise RunError("--out", f"{out}: {problem}")
     import papermill  # noqa: F401 - fail before any chapter when papermill is missing
 
-    options = {"device": device, "cap": cap, "model": model}
-    plans = [_plan(chapter, source_dir, out, profile, options) for chapter in chapters]
-    execution = dict(zip(EXECUTION_ENV, (executor, workers, scheduler)))
+    options = {"profile": profile, "device": device, "cap": cap, "model": model}
+    plans = [_plan(chapter, source_dir, out, options) for chapter in chapters]
+    execution = dict(zip(ENVIRONMENT, (executor, workers, scheduler)))
     execution = {k: v for k, v in execution.items() if v is not None}
     common = _machine(where, cap, execution)
-    summary = RunSummary(out=out, profile=profile)
+    summary = RunSummary(out)
     extra = "".join(f", {k} {v}" for k, v in {"cap": cap, **execution}.items() if v)
     head = f"posgeom run: profile {profile}, {len(plans)} chapter(s), device {where}"
     log(f"{head}{extra} -> {out}")
@@ -332,20 +323,12 @@ def run_chapters(
     return summary
 
 
-def _machine(where: str, cap: int | None, execution: dict) -> dict:
-    """The provenance every chapter of one ``posgeom run`` shares."""
-    commit, dirty = git_state()
-    common = {"commit": commit, "dirty": dirty, "device_name": where, "cap": cap}
-    common |= {"execution": execution, "libraries": library_versions(), "cpu": _cpu()}
-    return common | {"hostname": socket.gethostname(), "platform": platform.platform()}
-
-
 def stale_results(
     results_dir: Path, source_dir: Path | None = None, chapter: str = "*"
 ) -> dict[str, str]:
     """``{chapter: why}``: results in ``results_dir`` (of ``chapter``, ``"*"``: all) not
     computed by the current code. Chapter: *Reproduction ledger*."""
-    source_dir = _source_dir(source_dir)
+    source_dir = Path(source_dir or REPO_ROOT / "notebooks")
     stale: dict[str, str] = {}
     for path in sorted(Path(results_dir).glob(f"{chapter}/results.json")):
         name, source = path.parent.name, source_dir / f"{path.parent.name}.md"
@@ -360,53 +343,26 @@ def stale_results(
     return stale
 
 
-def _prepare_checkpoints(plan: _Plan, force: bool) -> Path:
-    """The checkpoint folder, kept for another attempt of this very run."""
-    folder = plan.folder / "checkpoints"
-    owner = read_json(folder / "run.json") or {}
-    current = {k: owner.get(k) for k in SKIP_KEYS} == plan.identity
-    if folder.exists() and (force or not current):
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    if not (folder / "run.json").exists():
-        write_json(folder / "run.json", plan.identity)
-    return folder
-
-
-def _error_record(exc: BaseException) -> dict[str, Any]:
-    """What ``failed.json`` says about the error: the notebook cell's, or Python's."""
-    from papermill.exceptions import PapermillExecutionError
-
-    if isinstance(exc, PapermillExecutionError):
-        lines = _ANSI.sub("", "\n".join(exc.traceback)).splitlines()
-        record = {"error": exc.ename, "message": str(exc.evalue)}
-        return record | {"cell_index": exc.cell_index, "traceback": lines[-20:]}
-    lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    record = {"error": type(exc).__name__, "message": str(exc)}
-    return record | {"traceback": lines.splitlines()[-20:]}
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _execute(
-    plan: _Plan, force: bool, common: dict[str, Any], partial: Path
-) -> dict[str, Any]:
-    """Run the notebook; what it saved (its parameters and results)."""
+def _execute(plan: _Plan, force: bool, common: dict, partial: Path) -> dict:
+    """Run the notebook (its checkpoints kept for another attempt of this very run);
+    what it saved (its parameters and results)."""
     import papermill
 
+    checkpoints = plan.folder / "checkpoints"
+    if force or read_json(checkpoints / "run.json") != plan.identity:
+        shutil.rmtree(checkpoints, ignore_errors=True)
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    write_json(checkpoints / "run.json", plan.identity)
     env = {
         RESULTS_ENV: str(partial.resolve()),
-        CHECKPOINT_ENV: str(_prepare_checkpoints(plan, force).resolve()),
-        **{EXECUTION_ENV[k]: str(v) for k, v in common["execution"].items()},
+        CHECKPOINT_ENV: str(checkpoints.resolve()),
+        **{ENVIRONMENT[k]: str(v) for k, v in common["execution"].items()},
     }
     notebook, cwd = str(plan.folder / f"{plan.chapter}.ipynb"), str(plan.source.parent)
     options = {"kernel_name": "python3", "cwd": cwd, "progress_bar": False}
     with patch.dict(os.environ, env):
         papermill.execute_notebook(plan.notebook, notebook, plan.parameters, **options)
-    payload = read_json(partial)
-    if payload is None:
+    if (payload := read_json(partial)) is None:
         raise RuntimeError(
             "the chapter saved no results: call posgeom_utils.repro.results."
             "show_parameters(chapter, globals()) in the cell after its parameters cell"
@@ -414,14 +370,18 @@ def _execute(
     return payload
 
 
-def _run_one(
-    plan: _Plan, force: bool, common: dict[str, Any]
-) -> tuple[bool, float, str]:
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _run_one(plan: _Plan, force: bool, common: dict) -> tuple[bool, float, str]:
     """Run one chapter, write ``results.json`` (``failed.json``, ``interrupted.json``);
     (succeeded, wall seconds, the error in one line)."""
+    from papermill.exceptions import PapermillExecutionError
+
     folder, execution = plan.folder, common["execution"]
     folder.mkdir(parents=True, exist_ok=True)
-    partial, failed = folder / "results.partial.json", folder / "failed.json"
+    partial = folder / "results.partial.json"
     partial.unlink(missing_ok=True)
     started, t0 = _now(), time.perf_counter()
     attempt = {"chapter": plan.chapter, "started": started, "execution": execution}
@@ -435,7 +395,7 @@ def _run_one(
         results = {k: payload.get(k, {}) for k in ("parameters", "results")}
         record = {"chapter": plan.chapter, "provenance": provenance, **results}
         write_json(folder / "results.json", record)
-        failed.unlink(missing_ok=True)
+        (folder / "failed.json").unlink(missing_ok=True)
         (folder / "interrupted.json").unlink(missing_ok=True)
         return True, seconds, ""
     except KeyboardInterrupt:  # recorded; the checkpoints stay for the rerun
@@ -445,8 +405,14 @@ def _run_one(
         raise
     except Exception as exc:  # noqa: BLE001 - recorded; the other chapters still run
         attempt["wall_seconds"] = round(time.perf_counter() - t0, 3)
-        record = attempt | _error_record(exc)
-        write_json(failed, record)
+        lines = "".join(traceback.format_exception(exc)).splitlines()
+        error = {"error": type(exc).__name__, "message": str(exc)}
+        if isinstance(exc, PapermillExecutionError):  # the notebook cell's error
+            lines = _ANSI.sub("", "\n".join(exc.traceback)).splitlines()
+            error = {"error": exc.ename, "message": str(exc.evalue)}
+            error["cell_index"] = exc.cell_index
+        record = attempt | error | {"traceback": lines[-20:]}
+        write_json(folder / "failed.json", record)
         message = " ".join(record["message"].split())[:200]
         return False, record["wall_seconds"], f"{record['error']}: {message}"
     finally:

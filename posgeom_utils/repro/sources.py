@@ -1,14 +1,10 @@
 """What a chapter's numbers depend on: its code cells, the package code they import, the
 pinned environment.
 
-Chapter: *Reproduction ledger*. Code is compared as normalised source: parsed,
-docstrings and signature type hints removed and printed back (``ast.unparse``), so
-comments, docstrings, type hints and formatting cannot change a hash. A module counts by
-its top-level definitions, sorted, without its imports and ``__all__``: moving a
-function between two modules the chapter imports keeps the hash, and any change of
-behaviour (a constant, an operation) changes it. ``python -m
-posgeom_utils.repro.sources`` prints :func:`package_hash`
-(``scripts/build_book.sh`` clears the execution cache when it changes)."""
+Chapter: *Reproduction ledger*. Code counts as its top-level definitions without
+docstrings, signature type hints, comments or layout (``ast.unparse``), sorted: a
+reformat or a move between imported modules keeps a hash, a new constant changes it.
+``python -m posgeom_utils.repro.sources`` prints :func:`package_hash`."""
 
 from __future__ import annotations
 
@@ -18,10 +14,9 @@ import json
 import sys
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-#: the checkout (with ``notebooks/``, ``book/``, ``requirements.txt``) or site-packages
-REPO_ROOT = PACKAGE_DIR.parent
-PACKAGE = PACKAGE_DIR.name
+#: the checkout (``notebooks/``, ``book/``, ``requirements.txt``) or site-packages
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = Path(__file__).resolve().parents[1].name
 #: machinery that cannot change a number, not followed; :mod:`.results` (glue) counts
 MACHINERY = (f"{PACKAGE}.repro", f"{PACKAGE}.teaching")
 COUNTED = (f"{PACKAGE}.repro.results",)
@@ -29,21 +24,17 @@ _BODIES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def _strip(tree: ast.AST) -> ast.AST:
-    """``tree`` without docstrings (module, class and function bodies) and without the
-    type hints of function signatures (strings under ``from __future__ import
-    annotations``, never evaluated; a dataclass's field annotations are kept)."""
+    """``tree`` without docstrings and signature type hints (a dataclass's fields
+    keep theirs)."""
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             a = node.args
-            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
-                if arg is not None:
-                    arg.annotation = None
+            args = (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+            for arg in filter(None, args):
+                arg.annotation = None
             node.returns = None
-        body = getattr(node, "body", None)
-        first = body[0] if isinstance(node, _BODIES) and body else None
-        doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-        if doc and isinstance(first.value.value, str):
-            node.body = body[1:] or [ast.Pass()]
+        if isinstance(node, _BODIES) and ast.get_docstring(node, False) is not None:
+            node.body = node.body[1:] or [ast.Pass()]
     return tree
 
 
@@ -129,9 +120,8 @@ def _hash(names: list[str], root: Path, **extra: object) -> str:
 
 
 def code_hash(source: Path, root: Path = REPO_ROOT) -> str:
-    """sha256 of what can change the numbers of the chapter ``source``: its code cells,
-    the package modules they import and the pinned environment. Chapter: *Reproduction
-    ledger*."""
+    """sha256 of the code cells of the chapter ``source``, the package modules they
+    import and the pins. Chapter: *Reproduction ledger*."""
     import jupytext
 
     notebook = jupytext.read(Path(source))
@@ -140,9 +130,8 @@ def code_hash(source: Path, root: Path = REPO_ROOT) -> str:
 
 
 def modules_hash(modules: list[str], root: Path = REPO_ROOT) -> str:
-    """sha256 of the package ``modules``, everything they import and the pinned
-    environment: what a memoised result of them depends on. Chapter: *Reproduction
-    ledger*."""
+    """sha256 of the package ``modules``, what they import and the pins.
+    Chapter: *Reproduction ledger*."""
     return _hash(_imported([ast.parse(f"import {m}") for m in modules], root), root)
 
 

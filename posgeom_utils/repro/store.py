@@ -1,13 +1,10 @@
 """The committed store of memoised reference runs: what the book shows without
 retraining.
 
-Chapter: *Reproduction ledger*. The book's expensive steps (training runs, probes,
-bootstrap grids) go through :func:`memoised_sweep`, keyed by each run's configuration
-and the chapter's normalised code (:func:`~posgeom_utils.repro.sources.code_hash`). At
-the ``reference`` profile the runs are committed in
-``book/results/store/<chapter>/<name>/``, and a book build that finds one missing or
-stale stops before any work, naming the command that refreshes it; at the other
-profiles only ``posgeom run`` keeps them (its checkpoints)."""
+Chapter: *Reproduction ledger*. Each run is keyed by its configuration and the
+chapter's normalised code; at the ``reference`` profile the runs are committed in
+``book/results/store/<chapter>/<name>/``, at the others only ``posgeom run`` keeps them
+(its checkpoints)."""
 
 from __future__ import annotations
 
@@ -40,21 +37,17 @@ def memoised_sweep(
     desc: str | None = None,
     code: str | None = None,
 ) -> list[dict[str, Any]]:
-    """:func:`~posgeom_utils.scale.sweeps.run_sweep` of ``fn`` over ``runs``, each keyed
-    also by ``code`` (default: the chapter's code hash; a narrower key such as
-    :func:`~posgeom_utils.repro.sources.modules_hash` of the modules the runs use keeps
-    them fresh through edits of the chapter's other cells) and the executed parameters;
-    at the ``reference`` profile, outside ``posgeom run``, a run missing from the store
-    raises :class:`StaleStoreError` before anything trains. Chapter: *Reproduction
-    ledger*."""
+    """:func:`~posgeom_utils.scale.sweeps.run_sweep` of ``fn`` over ``runs``, keyed also
+    by ``code`` (default: the chapter's code hash) and the parameters; at the
+    ``reference`` profile, outside ``posgeom run``, a run missing from the store raises
+    :class:`StaleStoreError` before anything trains. Chapter: *Reproduction ledger*."""
     source = REPO_ROOT / "notebooks" / f"{chapter}.md"
     if not source.is_file() and profile == "reference":
         raise FileNotFoundError(
             f"chapter={chapter!r}: the memoised reference runs are keyed by the code "
             f"of {source}, which does not exist; run the book's own checkout"
         )
-    # outside the checkout (an installed package) only posgeom run's checkpoints use it
-    if code is None:
+    if code is None:  # an installed package: only posgeom run's checkpoints use it
         code = code_hash(source) if source.is_file() else "no chapter source"
     parameters = {k: v for k, v in _RUN["parameters"].items() if k != "profile"}
     runs = [dict(run, code=code, parameters=parameters) for run in runs]

@@ -1,12 +1,13 @@
 """Positional counts of a sharded corpus (text, jsonl or tsv files, or a streamed
 Hugging Face dataset): each shard counted by the streaming counter, the integer counts
-summed by a tree reduction on Dask, bit for bit as in one process. Chapter: *Beyond
-one machine*."""
+summed by a tree reduction on Dask, bit for bit as in one process. Chapter: *Beyond one
+machine*."""
 
 from __future__ import annotations
 
 import csv
 import functools
+import itertools
 import json
 import os
 import resource
@@ -28,29 +29,12 @@ from ..marginals import (
     counting_params,
 )
 from ..settings import progress
-from .sweeps import dask_client, start_local_cluster
+from .sweeps import EXECUTORS, dask_client, start_local_cluster
 
 local_cluster = start_local_cluster  # the chapter's name
-EXECUTORS = ("dask", "serial")
-#: file name endings -> shard kind (after removing a compression suffix)
-SUFFIX_KINDS = {
-    ".txt": "text",
-    ".text": "text",
-    ".jsonl": "jsonl",
-    ".json": "jsonl",
-    ".tsv": "tsv",
-}
+#: shard kind -> file name endings (after removing a compression suffix)
+KINDS = {"text": (".txt", ".text"), "jsonl": (".jsonl", ".json"), "tsv": (".tsv",)}
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".lz4")
-#: what a file system may report about a file's version (part of the cache key)
-VERSION_FIELDS = (
-    "mtime",
-    "LastModified",
-    "last_modified",
-    "ETag",
-    "etag",
-    "md5",
-    "crc32c",
-)
 #: the event topic on which Dask workers report the texts they counted
 PROGRESS_TOPIC = "posgeom-count-progress"
 
@@ -63,8 +47,8 @@ class ShardError(RuntimeError):
 @dataclass(frozen=True)
 class Shard:
     """A ``"text"``, ``"jsonl"`` or ``"tsv"`` file at ``source``, or (``"hf"``) shard
-    ``index`` of ``num_shards`` of a Hugging Face dataset, streamed. Chapter: *Beyond
-    one machine*."""
+    ``index`` of ``num_shards`` of a streamed Hugging Face dataset. Chapter: *Beyond one
+    machine*."""
 
     source: str
     kind: str
@@ -89,36 +73,25 @@ def _kind_of(path: str) -> str:
     name = path.lower()
     for suffix in COMPRESSIONS:
         name = name.removesuffix(suffix)
-    for suffix, kind in SUFFIX_KINDS.items():
-        if name.endswith(suffix):
+    for kind, endings in KINDS.items():
+        if name.endswith(endings):
             return kind
-    fix = (
-        "name it *.txt, *.jsonl or *.tsv (optionally compressed, e.g. .gz), "
-        "or pass kind=..."
-    )
+    fix = "name it *.txt, *.jsonl or *.tsv (maybe compressed, e.g. .gz), or pass kind="
     raise ValueError(f"cannot tell the format of shard {path!r} from its name: {fix}")
-
-
-def _once(shards: list[Shard]) -> list[Shard]:
-    if len(set(shards)) != len(shards):
-        problem = "a shard is listed twice (its texts would count twice)"
-        raise ValueError(f"{problem}: pass each once")
-    return shards
 
 
 def file_shards(
     paths: str | Sequence[str], kind: str | None = None, text_field: str = "text"
 ) -> list[Shard]:
     """Shards from file paths or URLs, patterns (``*``, ``?``, ``[``) expanded in sorted
-    order; ``kind`` overrides the format inferred from each name. Chapter: *Beyond one
+    order; ``kind`` overrides the format read from each name. Chapter: *Beyond one
     machine*."""
     import fsspec
+    from fsspec.implementations.local import LocalFileSystem
 
-    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    if not paths:
-        raise ValueError("paths is empty: pass at least one shard file or pattern")
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else paths
     if kind is not None:
-        choice(kind, "kind", tuple(dict.fromkeys(SUFFIX_KINDS.values())))
+        choice(kind, "kind", tuple(KINDS))
     expanded: list[str] = []
     for pattern in map(os.fspath, paths):
         if not any(ch in pattern for ch in "*?["):
@@ -126,12 +99,10 @@ def file_shards(
             continue
         fs, _, found = fsspec.core.get_fs_token_paths(pattern)
         if not found:
-            problem = f"the pattern {pattern!r} matches no file"
-            raise FileNotFoundError(f"{problem}: check the path")
-        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-        remote = protocol not in ("file", "local")
-        expanded += [fs.unstrip_protocol(f) if remote else f for f in sorted(found)]
-    return _once([Shard(p, kind or _kind_of(p), text_field) for p in expanded])
+            raise FileNotFoundError(f"the pattern {pattern!r} matches no file")
+        local = isinstance(fs, LocalFileSystem)
+        expanded += [f if local else fs.unstrip_protocol(f) for f in sorted(found)]
+    return [Shard(p, kind or _kind_of(p), text_field) for p in expanded]
 
 
 def hub_shards(
@@ -160,17 +131,14 @@ def _open_hub(dataset: str, config: str | None, split: str, data_files: Any) -> 
         return datasets.load_dataset(dataset, config, split=split, streaming=True, **kw)
     except Exception as exc:  # hub, network and builder errors come in many types
         what = f"dataset={dataset!r} (config={config!r}, split={split!r})"
-        fix = (
-            "offline, pass a builder with local files, "
-            "e.g. hub_shards('json', data_files=...)"
-        )
+        fix = "offline: hub_shards('json', data_files=[...]) on local files"
         raise FileNotFoundError(f"cannot stream {what}: {exc}; {fix}") from exc
 
 
 def shard_texts(shard: Shard) -> Iterator[str]:
-    """The texts of one shard, streamed; lines end at ``\n`` only, blank ones skipped;
-    a damaged file raises a ``ValueError`` naming it and the line. Chapter: *Beyond
-    one machine*."""
+    """The texts of one shard, streamed; lines end at ``\n`` only, blank ones skipped; a
+    damaged file raises a ``ValueError`` naming it and the line. Chapter: *Beyond one
+    machine*."""
     if shard.kind == "hf":
         stream = _open_hub(shard.source, shard.config, shard.split, shard.data_files)
         if shard.num_shards > 1:
@@ -190,26 +158,24 @@ def shard_texts(shard: Shard) -> Iterator[str]:
 def _file_rows(shard: Shard) -> Iterator[tuple[int, str]]:
     import fsspec
 
-    with fsspec.open(
-        shard.source, "rt", encoding="utf-8", compression="infer", newline="\n"
-    ) as fh:
-        if shard.kind in ("text", "jsonl"):
-            for k, line in enumerate(fh, 1):
-                if line.strip() and shard.kind == "jsonl":
-                    yield k, _json_text(line, k, shard)
-                elif line.strip():
-                    yield k, line.strip()
+    options = {"encoding": "utf-8", "compression": "infer", "newline": "\n"}
+    with fsspec.open(shard.source, "rt", **options) as fh:
+        if shard.kind == "tsv":  # with a header row
+            rows = csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+            header = rows.fieldnames or []
+            field = shard.text_field if shard.text_field in header else "sentence"
+            if field not in header:
+                missing = f"the header {header!r} has no column {shard.text_field!r}"
+                raise KeyError(f"{missing}: pass text_field=...")
+            yield from (
+                (rows.line_num, r[field].strip()) for r in rows if r[field] is not None
+            )
             return
-        header = fh.readline().rstrip("\r\n").split("\t")  # tsv with a header row
-        field = shard.text_field if shard.text_field in header else "sentence"
-        if field not in header:
-            missing = f"the header {header!r} has no column {shard.text_field!r}"
-            raise KeyError(f"{missing}: pass text_field=...")
-        column = header.index(field)
-        rows = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
-        for k, row in enumerate(rows, 2):
-            if column < len(row):
-                yield k, row[column].strip()
+        for k, line in enumerate(fh, 1):
+            if line.strip() and shard.kind == "jsonl":
+                yield k, _json_text(line, k, shard)
+            elif line.strip():
+                yield k, line.strip()
 
 
 def _json_text(line: str, k: int, shard: Shard) -> str:
@@ -226,26 +192,19 @@ def _json_text(line: str, k: int, shard: Shard) -> str:
 
 
 def shard_fingerprint(shard: Shard) -> dict:
-    """A shard's name, and the size and version (mtime, ETag or checksum) its file
-    system reports: part of the cache key. Chapter: *Beyond one machine*."""
-    key = {k: v for k, v in asdict(shard).items() if v is not None}
-    if shard.kind != "hf":
-        return {**key, **_file_info(shard.source)}
-    files = [_file_info(f) for f in shard.data_files or ()]
-    return {**key, "data_files": files} if files else key
-
-
-def _file_info(path: str) -> dict:
+    """A shard's fields, and its file's size and version (a hash of what its file
+    system reports): part of the cache key. Chapter: *Beyond one machine*."""
     import fsspec
 
-    fs, _, (resolved,) = fsspec.core.get_fs_token_paths(path)
-    try:
-        info = fs.info(resolved)
-    except FileNotFoundError as exc:
-        fix = "check the path or URL"
-        raise FileNotFoundError(f"shard {path!r} does not exist: {fix}") from exc
-    versions = {f: str(info[f]) for f in VERSION_FIELDS if info.get(f) is not None}
-    return {"size": info.get("size"), **versions}
+    def info(path: str) -> dict:
+        fs, _, (resolved,) = fsspec.core.get_fs_token_paths(path)
+        return {"size": fs.size(resolved), "version": fs.ukey(resolved)}
+
+    key = {k: v for k, v in asdict(shard).items() if v is not None}
+    if shard.kind != "hf":
+        return {**key, **info(shard.source)}
+    files = [info(f) for f in shard.data_files or ()]
+    return {**key, "data_files": files} if files else key
 
 
 def _report(texts: int) -> None:
@@ -257,36 +216,24 @@ def _report(texts: int) -> None:
         pass
 
 
-def count_shard(
-    shard: Shard,
-    tokenizer: Any,
-    n: int,
-    special_tokens: str = "keep",
-    align: str = "start",
-    batch_size: int = 2048,
-    buffer_tokens: int = 2**22,
-    on_progress: Callable[[int], None] | None = None,
-    view: str = "model",
+def _count_shard(
+    shard: Shard, tokenizer: Any, options: dict, on_progress: Callable = _report
 ) -> PositionalMarginals:
     """Count one shard, or raise :class:`ShardError` naming it; its texts, tokens,
-    seconds and peak memory go to ``params["shard_stats"]``. Chapter: *Beyond one
-    machine*."""
+    seconds and peak memory go to ``params["shard_stats"]``."""
+    options = dict(options)
+    batch_size = options.pop("batch_size")
     start, stats = time.perf_counter(), {"shard": shard.name, "texts": 0}
 
     def batches() -> Iterator[list[str]]:
         texts = shard_texts(shard)
-        while batch := [t for _, t in zip(range(batch_size), texts)]:
-            bad = next((t for t in batch if not isinstance(t, str)), None)
-            if bad is not None:
-                raise TypeError(f"a text is a {type(bad).__name__}, not a str")
+        while batch := list(itertools.islice(texts, batch_size)):
             stats["texts"] += len(batch)
             yield batch
-            (on_progress or _report)(len(batch))
+            on_progress(len(batch))
 
     try:
-        result = count_batches(
-            batches(), tokenizer, n, special_tokens, align, buffer_tokens, view=view
-        )
+        result = count_batches(batches(), tokenizer, **options)
     except Exception as exc:
         where = f"counting shard {shard.name!r} failed after {stats['texts']} texts"
         raise ShardError(f"{where}: {type(exc).__name__}: {exc}") from exc
@@ -332,8 +279,7 @@ def sharded_marginals(
     _check_options(tokenizer, n, special_tokens, align, buffer_tokens, view)
     integer(batch_size, "batch_size")
     integer(min_count, "min_count", optional=True)
-    fix = "a tree needs at least 2 children per node"
-    integer(split_every, "split_every", 2, fix=fix)
+    integer(split_every, "split_every", 2, fix="a tree node has at least 2 children")
     shards = _as_shards(shards)
     params = counting_params(tokenizer, n, special_tokens, align, view)
     fingerprints = [shard_fingerprint(s) for s in shards]
@@ -351,12 +297,10 @@ def sharded_marginals(
                 shards, tokenizer, options, workers, scheduler, split_every, bar
             )
         else:
-            count = functools.partial(count_shard, on_progress=bar.update)
-            parts = [count(s, tokenizer, **options) for s in shards]
+            parts = [_count_shard(s, tokenizer, options, bar.update) for s in shards]
             result = functools.reduce(_merge, parts)
     if result.num_sequences == 0:
-        problem = f"the {len(shards)} shards hold no text"
-        raise ValueError(f"{problem}: check the files (or text_field)")
+        raise ValueError(f"the {len(shards)} shards hold no text: check the files")
     stats = sorted(result.params.pop("shard_stats", []), key=lambda s: s["shard"])
     result.params = {**params, "shard_stats": stats}
     if cache:
@@ -367,17 +311,19 @@ def sharded_marginals(
 def _as_shards(shards: Any) -> list[Shard]:
     plain = isinstance(shards, (str, os.PathLike))
     if plain or not all(isinstance(s, Shard) for s in shards):
-        return file_shards(shards)  # each listed once
+        shards = file_shards(shards)
     if not shards:
         raise ValueError("shards is empty: pass at least one shard (file or dataset)")
-    return _once(list(shards))
+    if len(set(shards)) != len(shards):
+        raise ValueError("a shard is listed twice (its texts would count twice)")
+    return list(shards)
 
 
 def _count_for_bag(shard: Shard, tokenizer: Any, options: dict) -> PositionalMarginals:
     # one thread, on any cluster
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
-    return count_shard(shard, tokenizer, **options)
+    return _count_shard(shard, tokenizer, options)
 
 
 def _count_dask(shards, tokenizer, options, workers, scheduler, split_every, bar):

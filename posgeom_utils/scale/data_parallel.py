@@ -1,35 +1,24 @@
 """Per-layer probes and fine-tuning, data-parallel under ``accelerate launch`` or
-``torchrun``: thin wrappers over the single-process functions, and a command line
-(``python -m posgeom_utils.scale.data_parallel probe|finetune``). Chapter: *Beyond one
-machine*."""
+``torchrun``: thin wrappers that run the single-process functions on each process's
+share and merge the results. Chapter: *Beyond one machine*."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 import numpy as np
 
-from ..cache import atomic_write, write_json
+from .. import probes
 from ..checks import integer
-from ..corpus import Corpus, check_texts, load_corpus
-from ..probes import (
-    CENTRES,
-    LayerMeans,
-    check_probe,
-    merge_layer_means,
-    positional_hidden_means,
-    token_lengths,
-)
+from ..corpus import Corpus, check_texts
 
-if TYPE_CHECKING:  # torch is imported when needed: `--help` stays quick
+if TYPE_CHECKING:  # torch is imported when needed
     from ..finetune import PretrainedClassifier
     from ..training import History, TrainConfig
 
@@ -57,8 +46,7 @@ def _get_accelerator(accelerator: Any, cpu: bool = False) -> Any:
 
 
 def _device(accelerator: Any) -> str:
-    """``cpu`` or ``cuda:k``, as :func:`~posgeom_utils.models.select_device` names
-    it."""
+    """``cpu`` (Accelerate says ``cpu:0`` on several CPU processes) or ``cuda:k``."""
     return "cpu" if accelerator.device.type == "cpu" else str(accelerator.device)
 
 
@@ -95,42 +83,32 @@ def data_parallel_hidden_means(
     special_tokens: bool = True,
     centre: str = "none",
     accelerator: Any = None,
-) -> LayerMeans:
-    """:func:`~posgeom_utils.probes.positional_hidden_means` (``model``: an encoder with
-    its ``tokenizer``, a model name or folder, or None for all-MiniLM-L6-v2), each
-    process of ``accelerator`` (created if None) probing its :func:`batch_share` with
+) -> probes.LayerMeans:
+    """:func:`~posgeom_utils.probes.positional_hidden_means`, each process of
+    ``accelerator`` (created if None) probing its :func:`batch_share` with
     ``batch_size`` per process. Every process returns the merged result, the
     single-process one to float64 rounding with ``params["processes"]`` added.
     Chapter: *Beyond one machine*."""
-    from ..models import load_model, load_tokenizer
-
     texts = check_texts(texts)
     accelerator = _get_accelerator(accelerator)
-    if model is None or isinstance(model, (str, Path)):
-        tokenizer = load_tokenizer(model) if tokenizer is None else tokenizer
-        model = load_model(model, device="cpu")
-    elif tokenizer is None:
-        raise ValueError(
-            "tokenizer is None but model is a model object: pass its tokenizer"
-        )
     # the single-process checks, on every process before any collective
-    n, batch_size = check_probe(model, n, batch_size, centre)
+    n, batch_size = probes.check_probe(model, n, batch_size, centre)
     processes, rank = accelerator.num_processes, accelerator.process_index
     share = texts
     if processes > 1:
-        lengths = token_lengths(tokenizer, texts, n, special_tokens)
+        lengths = probes.token_lengths(tokenizer, texts, n, special_tokens)
         share = [texts[i] for i in batch_share(lengths, batch_size, rank, processes)]
     options = (n, batch_size, special_tokens, _device(accelerator))
     result = None
     if share:  # a process may get no batch
         with _quiet_unless_main(accelerator):
-            result = positional_hidden_means(model, tokenizer, share, *options)
+            result = probes.positional_hidden_means(model, tokenizer, share, *options)
     if processes > 1:  # merge the uncentred means of the processes that had batches
         import torch.distributed as dist
 
-        parts: list[LayerMeans | None] = [None] * processes
+        parts: list[probes.LayerMeans | None] = [None] * processes
         dist.all_gather_object(parts, result)
-        result = merge_layer_means([part for part in parts if part is not None])
+        result = probes.merge_layer_means([part for part in parts if part is not None])
     result = result.centred() if centre == "global" else result
     return replace(result, params=dict(result.params, processes=processes))
 
@@ -224,197 +202,3 @@ def data_parallel_finetune(
     data = (model_name, texts_train, y_train, texts_eval, y_eval, config)
     options = {"max_len": max_len, "record_every": record_every, "n_record": n_record}
     return finetune(*data, num_classes=num_classes, wrap=wrap, **options)
-
-
-# ------------------------------------------------------------------------- command line
-
-
-def _file_corpus(path: str, flag: str, labelled: bool, split: str) -> Corpus:
-    """One text a line, or ``text<TAB>label`` lines (a header is skipped)."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ValueError(f"{flag} {path!r} is not a file")
-    texts, labels = [], []
-    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip() or line == "sentence\tlabel":
-            continue
-        text, tab, label = line.rpartition("\t") if labelled else (line, "\t", "-1")
-        if not tab or not label.strip().lstrip("-").isdigit():
-            raise ValueError(
-                f"{flag} {path!r} line {number} is not 'text<TAB>integer label'"
-            )
-        texts.append(text.strip())
-        labels.append(int(label))
-    if not texts:
-        raise ValueError(f"{flag} {path!r} holds no texts")
-    return Corpus("file", split, texts, np.asarray(labels, dtype=np.int64), str(path))
-
-
-def _corpus(args: argparse.Namespace, labelled: bool) -> Corpus:
-    if (args.dataset is None) == (args.texts is None):
-        raise ValueError(
-            "pass exactly one of --dataset (sst2 or imdb) and --texts FILE"
-        )
-    split = args.split or "train"
-    if args.dataset is not None:
-        corpus = load_corpus(args.dataset, split, data_dir=args.data_dir)
-    else:
-        corpus = _file_corpus(args.texts, "--texts", labelled, split)
-    return corpus.sample(args.sample, seed=args.seed)
-
-
-def _provenance(acc: Any, args: argparse.Namespace, corpus: Corpus, **extra) -> dict:
-    import accelerate
-    import torch
-    import transformers
-
-    from ..models import model_label
-
-    device, modules = acc.device, (torch, transformers, accelerate)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    texts = {"dataset": corpus.name, "split": corpus.split, "source": corpus.source}
-    texts.update(num_texts=len(corpus), sample=args.sample, sample_seed=args.seed)
-    run = {"command": args.command, "processes": acc.num_processes, "texts": texts}
-    run.update(device=str(device), distributed_type=str(acc.distributed_type))
-    run.update(device_name=name, model=model_label(args.model))
-    versions = {module.__name__: module.__version__ for module in modules}
-    return {**run, "versions": versions, **extra}
-
-
-def _probe(args: argparse.Namespace, acc: Any) -> None:
-    corpus = _corpus(args, labelled=False)
-    special = not args.no_special_tokens
-    options = (args.batch_size, special, args.centre, acc)
-    try:
-        result = data_parallel_hidden_means(
-            args.model, None, corpus.texts, args.positions, *options
-        )
-    except ValueError as exc:  # name the flag the user typed
-        flags = {"n": "--positions", "batch_size": "--batch-size"}
-        flag = flags.get(str(exc).split(" ")[0])
-        raise ValueError(f"{flag}: {exc}" if flag else str(exc)) from exc
-    settings = {
-        "n": args.positions,
-        "batch_size": args.batch_size,
-        "centre": args.centre,
-    }
-    provenance = _provenance(acc, args, corpus, special_tokens=special, **settings)
-    if acc.is_main_process:
-        out, blob = Path(args.out), np.array(json.dumps(provenance, sort_keys=True))
-        arrays = {"means": result.means, "counts": result.counts, "provenance": blob}
-        atomic_write(out, lambda tmp: np.savez(tmp, **arrays))
-        write_json(out.with_suffix(".json"), provenance)
-        print(f"wrote {out} and {out.with_suffix('.json')}: means {result.means.shape}")
-
-
-def _finetune(args: argparse.Namespace, acc: Any) -> None:
-    import torch
-
-    from ..finetune import save_records
-    from ..training import TrainConfig
-
-    if (args.texts is None) != (args.eval_texts is None):
-        raise ValueError(
-            "--texts needs --eval-texts FILE (same format), and the other way round"
-        )
-    train = _corpus(args, labelled=True)
-    if args.eval_texts is not None:
-        evaluation = _file_corpus(args.eval_texts, "--eval-texts", True, "eval")
-    else:
-        split = "validation" if args.dataset == "sst2" else "test"
-        evaluation = load_corpus(args.dataset, split, data_dir=args.data_dir)
-        evaluation = evaluation.sample(args.eval_sample, seed=args.seed)
-    # `accelerate launch --mixed_precision` is the command line's autocast switch
-    precision = str(getattr(acc, "mixed_precision", "no"))
-    if precision not in ("no", "bf16"):
-        raise ValueError(
-            f"--mixed_precision {precision}: fine-tuning autocasts to bf16 or not at "
-            "all (pass bf16 or no)"
-        )
-    keys = ("steps", "lr", "weight_decay", "seed", "optimizer")
-    settings = dict({k: getattr(args, k) for k in keys}, amp=precision == "bf16")
-    config = TrainConfig(
-        batch_size=args.batch_size, eval_every=args.eval_every, **settings
-    )
-    texts = (train.texts, train.labels, evaluation.texts, evaluation.labels)
-    model, history, records = data_parallel_finetune(
-        args.model, *texts, config, max_len=args.max_len, accelerator=acc
-    )
-    settings.update(max_len=args.max_len, per_process_batch=args.batch_size)
-    settings["global_batch"] = args.batch_size * acc.num_processes
-    evaluated = {"source": evaluation.source, "num_texts": len(evaluation)}
-    provenance = _provenance(acc, args, train, eval_texts=evaluated, **settings)
-    if acc.is_main_process:
-        out = Path(args.out)
-        write_json(out, {"provenance": provenance, "history": asdict(history)})
-        save_records(out.with_suffix(".npz"), dict(records))
-        if args.save_weights is not None:
-            state = {k: v.cpu() for k, v in model.state_dict().items()}
-            atomic_write(Path(args.save_weights), lambda tmp: torch.save(state, tmp))
-        print(
-            f"wrote {out} (history) and {out.with_suffix('.npz')} (position tables); "
-            f"final eval accuracy {history.final_accuracy():.3f}"
-        )
-
-
-# (flag, add_argument options) in --help order: common, then per command
-_COMMON = [
-    ("--model", {"help": "hub id or local folder (default: all-MiniLM-L6-v2)"}),
-    ("--dataset", {"choices": ["sst2", "imdb"]}),
-    ("--split", {"help": "corpus split (default: train)"}),
-    ("--data-dir", {"help": "default: $POSGEOM_DATA_DIR"}),
-    ("--texts", {"help": "a text file instead of --dataset: {form}"}),
-    ("--sample", {"type": int, "help": "a seeded random subset of this many texts"}),
-    ("--seed", {"type": int, "default": 0}),
-    ("--batch-size", {"type": int, "default": 64, "help": "per process"}),
-    ("--out", {"required": True, "help": "output file (written atomically)"}),
-]
-# not --n: torchrun and accelerate launch would read it as one of their own flags
-_PROBE = [
-    ("--positions", {"type": int, "required": True, "help": "number of positions (n)"}),
-    ("--centre", {"choices": list(CENTRES), "default": "none"}),
-    ("--no-special-tokens", {"action": "store_true"}),
-]
-_FINETUNE = [
-    ("--eval-texts", {"help": "with --texts: the eval file"}),
-    ("--eval-sample", {"type": int}),
-    ("--steps", {"type": int, "default": 300}),
-    ("--lr", {"type": float, "default": 2e-5}),
-    ("--weight-decay", {"type": float, "default": 0.0}),
-    ("--optimizer", {"choices": ["adamw", "sgd"], "default": "adamw"}),
-    ("--eval-every", {"type": int, "default": 50}),
-    ("--max-len", {"type": int, "default": 64}),
-    ("--save-weights", {"help": "also save the state dict"}),
-]
-
-
-def main(argv: Sequence[str] | None = None, accelerator: Any = None) -> int:
-    """The command line: ``probe`` writes ``--out`` (``.npz``) and its provenance
-    (``.json``), ``finetune`` ``--out`` (JSON) and position tables (``.npz``); bad input
-    exits with status 2. Chapter: *Beyond one machine*."""
-    parser = argparse.ArgumentParser(
-        prog="python -m posgeom_utils.scale.data_parallel",
-        description="Data-parallel per-layer probes and fine-tuning ('Beyond one "
-        "machine'). Run under `accelerate launch` or `torchrun` for several "
-        "processes; `python -m` runs one.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    for command, options in {"probe": _PROBE, "finetune": _FINETUNE}.items():
-        sub = commands.add_parser(command)
-        form = "one text a line" if command == "probe" else "'text<TAB>label' lines"
-        for flag, kwargs in _COMMON + options:
-            if flag == "--texts":
-                kwargs = {"help": kwargs["help"].format(form=form)}
-            sub.add_argument(flag, **kwargs)
-    args = parser.parse_args(argv)
-    try:
-        accelerator = _get_accelerator(accelerator)
-        (_probe if args.command == "probe" else _finetune)(args, accelerator)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        parser.error(str(exc))
-    accelerator.wait_for_everyone()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,14 +11,14 @@ import json
 import logging
 import os
 import re
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
-from ..cache import atomic_write
+from ..cache import atomic_write, read_json
 from ..checks import choice, fail, integer
 from ..settings import progress
 
@@ -63,20 +63,19 @@ def _hashable(value: Any) -> Any:
     )
 
 
-def worker_environments(
-    workers: int | None = None, gpus: int | None = None
-) -> list[dict]:
-    """Each worker's environment: :data:`THREAD_ENV`, and with ``k >= 1`` ``gpus``
-    (default: torch's) worker ``i`` sees GPU ``i mod k`` only; by default one worker per
-    GPU, else per CPU core. Chapter: *Beyond one machine*."""
+def worker_environments(workers: int | None = None) -> list[dict]:
+    """Each worker's :data:`THREAD_ENV`; with ``k >= 1`` GPUs worker ``i`` sees GPU
+    ``i mod k`` only. By default one worker per GPU, else per core. Chapter: *Beyond
+    one machine*."""
+    import torch
+
     fix = "pass e.g. workers=2, or None for one per core"
     workers = integer(workers, "workers", fix=fix, optional=True)
-    if gpus is None:
-        import torch
-
-        gpus = torch.cuda.device_count()
+    gpus = torch.cuda.device_count()
     if gpus == 0:
-        return [dict(THREAD_ENV) for _ in range(workers or _cpu_count())]
+        from dask.system import CPU_COUNT
+
+        return [dict(THREAD_ENV) for _ in range(workers or CPU_COUNT)]
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
     ids = ([v for v in visible if v] or [str(i) for i in range(gpus)])[:gpus]
     return [
@@ -85,16 +84,10 @@ def worker_environments(
     ]
 
 
-def _cpu_count() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def start_local_cluster(workers: int | None = None, runs: int | None = None) -> Any:
     """A cluster of single-threaded workers, one per :func:`worker_environments` entry
-    (at most ``runs``), without ``MALLOC_TRIM_THRESHOLD_`` (1.4x slower training); close
-    it when done. Chapter: *Beyond one machine*."""
+    (at most ``runs``), without ``MALLOC_TRIM_THRESHOLD_`` (1.4x slower training).
+    Chapter: *Beyond one machine*."""
     import dask
     from distributed import Nanny, Scheduler, SpecCluster
 
@@ -102,20 +95,17 @@ def start_local_cluster(workers: int | None = None, runs: int | None = None) -> 
     key = "distributed.nanny.pre-spawn-environ"
     environ = {**(dask.config.get(key, {}) or {}), **THREAD_ENV}
     environ.pop("MALLOC_TRIM_THRESHOLD_", None)
-    # an earlier cluster may have left it in os.environ: hide it while these start
-    inherited = os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     options = {"nthreads": 1, "silence_logs": logging.WARNING}
-    specs = {}
-    for k, env in enumerate(envs):
-        specs[f"worker-{k}"] = {"cls": Nanny, "options": {**options, "env": env}}
+    specs = {
+        f"worker-{k}": {"cls": Nanny, "options": {**options, "env": env}}
+        for k, env in enumerate(envs)
+    }
     options = {"host": "127.0.0.1", "dashboard": False, "dashboard_address": ":0"}
-    scheduler = {"cls": Scheduler, "options": options}
-    try:
-        with dask.config.set({key: environ}):
-            return SpecCluster(specs, scheduler, silence_logs=logging.WARNING)
-    finally:
-        if inherited is not None:
-            os.environ["MALLOC_TRIM_THRESHOLD_"] = inherited
+    # the nannies write their environment into os.environ (an earlier cluster's too)
+    with dask.config.set({key: environ}), mock.patch.dict(os.environ):
+        os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+        scheduler = {"cls": Scheduler, "options": options}
+        return SpecCluster(specs, scheduler, silence_logs=logging.WARNING)
 
 
 @contextlib.contextmanager
@@ -128,34 +118,21 @@ def dask_client(
 
     if isinstance(scheduler, Client):
         yield scheduler
-    elif isinstance(scheduler, str):
+    elif scheduler is None:
+        with start_local_cluster(workers, runs) as cluster, Client(cluster) as client:
+            yield client
+    elif not (isinstance(scheduler, str) and scheduler.strip()):
+        expected = "None, a Client or an address such as 'tcp://127.0.0.1:8786'"
+        raise fail("scheduler", expected, scheduler)
+    else:
         try:
             client = Client(scheduler, timeout=CONNECT_TIMEOUT)
         except (OSError, TimeoutError) as exc:
-            raise ConnectionError(
-                f"cannot reach the Dask scheduler at scheduler={scheduler!r} ({exc}): "
-                "start one, or pass scheduler=None"
-            ) from exc
+            problem = f"cannot reach the Dask scheduler at scheduler={scheduler!r}"
+            fix = "start one, or pass scheduler=None"
+            raise ConnectionError(f"{problem} ({exc}): {fix}") from exc
         with client:
             yield client
-    elif scheduler is None:
-        with start_local_cluster(workers, runs) as cluster, Client(cluster) as client:
-            try:
-                yield client
-            finally:  # a heartbeat racing the shutdown logs errors that mean nothing
-                with contextlib.suppress(Exception):
-                    client.run(_quiet)
-                _quiet()
-    else:
-        kind = type(scheduler).__name__
-        raise TypeError(
-            f"scheduler must be None, a distributed.Client or an address, got {kind}"
-        )
-
-
-def _quiet() -> None:
-    for name in ("", ".worker", ".nanny", ".core"):
-        logging.getLogger("distributed" + name).setLevel(logging.CRITICAL)
 
 
 def sweep_options(
@@ -163,7 +140,7 @@ def sweep_options(
     workers: int | None = None,
     scheduler: str | None = None,
 ) -> tuple[str, int | None, str | None]:
-    """The executor, workers and scheduler of a sweep, each given or else from
+    """The executor, workers and scheduler of a sweep, each given or else read from
     :data:`ENVIRONMENT`, checked. Chapter: *Beyond one machine*."""
     given = {"executor": executor, "workers": workers, "scheduler": scheduler}
     names = {k: k if v is not None else ENVIRONMENT[k] for k, v in given.items()}
@@ -171,75 +148,49 @@ def sweep_options(
     values = {k: env[k] if v is None else v for k, v in given.items()}
     executor = choice(values["executor"] or "serial", names["executor"], EXECUTORS)
     workers, scheduler = values["workers"], values["scheduler"]
-    if workers is not None:
-        if names["workers"] != "workers" and workers.strip().isdigit():
-            workers = int(workers)  # from the environment
-        fix = f"pass e.g. {names['workers']}=2"
-        workers = integer(workers, names["workers"], fix=fix)
-    if scheduler is not None and not (isinstance(scheduler, str) and scheduler.strip()):
-        address = "a Dask scheduler address such as 'tcp://127.0.0.1:8786'"
-        raise fail(names["scheduler"], address, scheduler)
+    if names["workers"] != "workers" and workers and workers.strip().isdigit():
+        workers = int(workers)  # from the environment
+    fix = f"pass e.g. {names['workers']}=2"
+    workers = integer(workers, names["workers"], fix=fix, optional=True)
     if scheduler is not None and executor != "dask":
         fix = "pass executor='dask' (or set POSGEOM_EXECUTOR=dask), or no scheduler"
         raise fail(names["scheduler"], "used only by executor='dask'", scheduler, fix)
     return executor, workers, scheduler
 
 
-def _checked_configs(configs: Any) -> list[dict[str, Any]]:
-    if isinstance(configs, (str, bytes, dict)) or not isinstance(configs, Sequence):
-        raise TypeError(
-            f"configs must be a list of dicts, one per run, got {type(configs)}"
-        )
+def _check_names(configs: Sequence[dict[str, Any]]) -> None:
     for k, config in enumerate(configs):
-        if not isinstance(config, dict):
-            raise TypeError(
-                f"configs[{k}] must be a dict with a 'name', got {type(config)}"
-            )
-        name = config.get("name")
+        name = config.get("name") if isinstance(config, dict) else None
         if not isinstance(name, str) or not _NAME.fullmatch(name):
-            expected = "letters, digits and . _ = + - (not first)"
-            fix = "it names a file: e.g. 'precedes-rope-seed0'"
+            expected = "a run name (letters, digits and . _ = + -) in a dict per run"
+            fix = "the name names a file: e.g. 'precedes-rope-seed0'"
             raise fail(f"configs[{k}]['name']", expected, name, fix)
     names = [c["name"] for c in configs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ValueError(
-            f"configs have duplicate names {duplicates}: give every run its own name"
-        )
-    return list(configs)
-
-
-def _digest(config: dict[str, Any]) -> str:
-    try:
-        return config_hash(config)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"run {config['name']!r}: {exc}") from exc
+        fix = "give every run its own name"
+        raise ValueError(f"configs have duplicate names {duplicates}: {fix}")
 
 
 def _plain_result(name: str, result: Any) -> dict[str, Any]:
-    if not isinstance(result, dict):
-        raise TypeError(
-            f"run {name!r}: the run function must return a dict, not {type(result)}"
-        )
     try:
-        return json.loads(json.dumps(result, allow_nan=True))
+        plain = json.loads(json.dumps(result, allow_nan=True))
     except (TypeError, ValueError) as exc:
+        plain = exc
+    if not isinstance(plain, dict):
         raise TypeError(
-            f"run {name!r}: its result is not JSON-serialisable ({exc}): return plain "
-            "numbers, strings, lists and dicts (e.g. float(x) for a NumPy or torch "
-            "scalar, x.tolist())"
-        ) from exc
+            f"run {name!r}: the run function must return a JSON-serialisable dict of "
+            "plain numbers, strings, lists and dicts (e.g. float(x) for a NumPy or "
+            f"torch scalar, x.tolist()), not {result!r:.80}"
+        )
+    return plain
 
 
 def _load(path: Path, digest: str) -> dict[str, Any] | None:
     """The result stored in ``path`` if it belongs to the configuration ``digest``."""
-    try:
-        stored = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    ok = isinstance(stored, dict) and isinstance(stored.get("result"), dict)
-    ok = ok and stored.get("format") == _FORMAT and stored.get("config_hash") == digest
-    return stored["result"] if ok else None
+    stored = read_json(path) or {}
+    ok = stored.get("format") == _FORMAT and stored.get("config_hash") == digest
+    return stored["result"] if ok and isinstance(stored.get("result"), dict) else None
 
 
 def _save(path: Path, digest: str, result: dict[str, Any]) -> None:
@@ -249,10 +200,9 @@ def _save(path: Path, digest: str, result: dict[str, Any]) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
-@contextlib.contextmanager
-def single_threaded() -> Iterator[None]:
-    """One torch and one BLAS/OpenMP thread inside the block, where every run executes:
-    reductions round alike on every executor. Chapter: *Beyond one machine*."""
+def _call(fn: Callable[[dict], Any], config: dict) -> Any:
+    """``fn`` of a copy of ``config``, or the exception it raised, with one torch and
+    one BLAS/OpenMP thread: reductions round alike on every executor."""
     import torch
     from threadpoolctl import threadpool_limits
 
@@ -260,19 +210,11 @@ def single_threaded() -> Iterator[None]:
     torch.set_num_threads(1)
     try:
         with threadpool_limits(limits=1):
-            yield
+            return fn(copy.deepcopy(config))
+    except Exception as exc:  # noqa: BLE001 - run_sweep reports it, naming the run
+        return exc
     finally:
         torch.set_num_threads(before)
-
-
-def _call(fn: Callable[[dict], Any], config: dict, catch: bool = False) -> Any:
-    try:  # with catch (serial runs): a copy of config, and an exception is returned
-        with single_threaded():
-            return fn(copy.deepcopy(config) if catch else config)
-    except Exception as exc:
-        if not catch:
-            raise
-        return exc
 
 
 def run_sweep(
@@ -290,12 +232,8 @@ def run_sweep(
     (:func:`sweep_options`). With ``directory`` finished runs are stored and reused
     while their configuration is unchanged. Chapter: *Beyond one machine*."""
     executor, workers, scheduler = sweep_options(executor, workers, scheduler)
-    if not callable(fn):
-        raise TypeError(
-            f"fn must be a function of one configuration dict, got {type(fn).__name__}"
-        )
-    configs = _checked_configs(configs)
-    digests = [_digest(config) for config in configs]
+    _check_names(configs)
+    digests = [config_hash(config) for config in configs]
     folder = None if directory is None else Path(directory)
     paths = [None if folder is None else folder / f"{c['name']}.json" for c in configs]
     results = [None if p is None else _load(p, d) for p, d in zip(paths, digests)]
@@ -305,13 +243,10 @@ def run_sweep(
         for k, outcome in outcomes:  # as the runs finish
             name = configs[k]["name"]
             if isinstance(outcome, BaseException):
-                message = f"run {name!r} (configs[{k}]) of sweep {desc!r} failed: "
-                message += f"{type(outcome).__name__}: {outcome}"
-                if folder is not None:
-                    done = sum(result is not None for result in results)
-                    message += f"; the {done} finished run(s) are kept in {folder}: "
-                    message += "rerun to resume"
-                raise SweepError(name, message) from outcome
+                why = f"{type(outcome).__name__}: {outcome}"
+                kept = f"; finished runs are kept in {folder}: rerun to resume"
+                message = f"run {name!r} (configs[{k}]) of sweep {desc!r} failed: {why}"
+                raise SweepError(name, message + (kept if folder else "")) from outcome
             results[k] = _plain_result(name, outcome)
             if folder is not None:
                 _save(paths[k], digests[k], results[k])
@@ -323,18 +258,15 @@ def run_sweep(
 def _outcomes(fn, configs, pending, executor, workers, scheduler) -> Iterator:
     """``(k, result or exception)`` of the pending runs as they finish."""
     if executor == "serial" or not pending:
-        yield ((k, _call(fn, configs[k], catch=True)) for k in pending)
+        yield ((k, _call(fn, configs[k])) for k in pending)
         return
     from distributed import as_completed
 
     with dask_client(scheduler, workers, len(pending)) as client:
         fn = client.scatter(fn, broadcast=True, hash=False)  # to each worker once
-        tag = uuid.uuid4().hex[:8]
         futures = {}
         for i, k in enumerate(pending):  # the runs start in their order
-            key = f"sweep-{configs[k]['name']}-{tag}"
-            f = client.submit(_call, fn, configs[k], key=key, priority=-i, pure=False)
-            futures[f] = k
+            futures[client.submit(_call, fn, configs[k], priority=-i, pure=False)] = k
         try:
             yield (
                 (futures[f], f.exception() if f.status == "error" else f.result())

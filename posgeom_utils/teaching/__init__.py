@@ -1,8 +1,6 @@
 """The checks of the book's computational exercises, and the inputs of the course page.
-
-Chapter: *Teaching with this book*. ``check_<exercise>(answer, ...)`` recomputes the
-right value with the science package and returns a :class:`Verdict` that never shows it
-nor raises. Outside the science hash (``posgeom_utils.repro.sources``)."""
+``check_<exercise>(answer, ...)`` returns a :class:`Verdict` that never shows the right
+value nor raises. Chapter: *Teaching with this book*."""
 
 from __future__ import annotations
 
@@ -46,8 +44,8 @@ class Verdict:
 
 
 def _agrees(answer: Any, expected: Any) -> bool:
-    """Whether ``answer`` is ``expected`` (a frozenset: in any order) in its shape:
-    names and integers exactly, numbers within rtol 1e-6, atol 1e-9; never text."""
+    """Whether ``answer`` is ``expected`` (a frozenset: in any order): names and
+    integers exactly, other numbers within rtol 1e-6, atol 1e-9; never text."""
     unordered = isinstance(expected, frozenset)
     if unordered and all(isinstance(e, str) for e in expected):
         listed = isinstance(answer, (list, tuple, set))
@@ -55,23 +53,23 @@ def _agrees(answer: Any, expected: Any) -> bool:
         return names and sorted(answer) == sorted(expected)
     try:
         values = np.asarray(answer)
-    except Exception:  # noqa: BLE001 - a ragged or exotic answer is simply not numbers
+    except Exception:  # noqa: BLE001 - a ragged or exotic answer is not numbers
         return False
     target = np.asarray(sorted(expected) if unordered else expected)
     if values.dtype.kind not in "iuf" or values.shape != target.shape:
-        return False  # text, booleans, objects, another shape
-    tol = 0.0 if target.dtype.kind in "iu" else 1e-6
+        return False
     values = np.sort(values) if unordered else values
-    finite = np.isfinite(values).all()
-    return bool(finite and np.allclose(values, target, rtol=tol, atol=tol / 1000))
+    tol = 0.0 if target.dtype.kind in "iu" else 1e-6
+    close = np.allclose(values, target, rtol=tol, atol=tol / 1000)
+    return bool(close and np.isfinite(values).all())
 
 
 def _exercise(label: str) -> Callable[[Callable[..., Any]], Callable[..., Verdict]]:
     """Make ``expected(*args)``, the right value, the check ``check(answer, *args)`` of
-    exercise ``label``: a wrong answer is shown its docstring up to ``Chapter:``."""
+    ``label``: a wrong answer is shown its docstring up to ``Chapter:``."""
 
     def decorate(expected: Callable[..., Any]) -> Callable[..., Verdict]:
-        hint = (expected.__doc__ or "").split("Chapter:")[0].strip()
+        hint = expected.__doc__.split("Chapter:")[0].strip()
 
         @functools.wraps(expected)
         def check(answer: Any, *args: Any, **kwargs: Any) -> Verdict:
@@ -86,7 +84,7 @@ def _exercise(label: str) -> Callable[[Callable[..., Any]], Callable[..., Verdic
             ok = _agrees(answer, value)
             return Verdict(label, ok, "" if ok else hint)
 
-        sig = inspect.signature(expected)
+        sig = inspect.signature(expected)  # help() shows (answer, <its arguments>)
         answer = inspect.Parameter("answer", inspect.Parameter.POSITIONAL_OR_KEYWORD)
         args = [answer, *sig.parameters.values()]
         check.__signature__ = sig.replace(parameters=args, return_annotation="Verdict")
@@ -146,7 +144,6 @@ def check_best_scale(D: np.ndarray, d: int) -> np.ndarray:
 def check_breakeven(n: int, d: int) -> int:
     """One whole number: the largest r with r (n + d) < n d.
     Chapter: *How many numbers does a positional encoding need?*."""
-    n, d = integer(n, "n"), integer(d, "d")
     ranks = range(min(n, d) + 1)
     return max(r for r in ranks if lowrank_parameter_count(n, d, r) < n * d)
 
@@ -175,7 +172,7 @@ def check_random_walk(n: int, d: int, seed: int) -> float:
     return geometry.monotonicity_violation_rate(np.cumsum(steps, axis=0)).rate
 
 
-def _untrained(ids: Any, positional: str, **options: Any) -> tuple[Any, Any]:
+def _untrained(ids: Any, **options: Any) -> tuple[Any, Any]:
     """A seeded untrained model (width 32, 4 heads, 2 layers) without gradients, and
     ``ids`` as a CPU tensor; the caller's random state stays as it was."""
     import torch
@@ -186,9 +183,7 @@ def _untrained(ids: Any, positional: str, **options: Any) -> tuple[Any, Any]:
     size = {"d": 32, "n_heads": 4, "n_layers": 2, "max_len": x.shape[1]}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        net = PositionalTransformer(
-            int(x.max()) + 1, positional=positional, **size, **options
-        )
+        net = PositionalTransformer(int(x.max()) + 1, **size, **options)
     return net.eval().requires_grad_(False), x
 
 
@@ -196,7 +191,7 @@ def _untrained(ids: Any, positional: str, **options: Any) -> tuple[Any, Any]:
 def check_reversal_invariant(ids: Any, positionals: Iterable[str]) -> frozenset[str]:
     """Mechanisms of `positionals`: same logits reversed.
     Chapter: *Why a Transformer needs positions*."""
-    nets = {p: _untrained(ids, p, task="classify") for p in map(str, positionals)}
+    nets = {p: _untrained(ids, positional=p, task="classify") for p in positionals}
     gaps = {p: (net(x.flip(1)) - net(x)).abs().max() for p, (net, x) in nets.items()}
     return frozenset(p for p, gap in gaps.items() if gap < 1e-4)
 
@@ -205,7 +200,7 @@ def check_reversal_invariant(ids: Any, positionals: Iterable[str]) -> frozenset[
 def check_causal_rows(ids: Any) -> frozenset[int]:
     """0-based positions, 2 layers: rows of f(swap x) and swap f(x).
     Chapter: *Why a Transformer needs positions* (positions 2 and 5 swapped)."""
-    net, x = _untrained(ids, "none", task="mlm", causal=True)
+    net, x = _untrained(ids, positional="none", task="mlm", causal=True)
     swap = list(range(x.shape[1]))
     swap[2], swap[5] = 5, 2
     gap = (net.hidden_states(x[:, swap]) - net.hidden_states(x)[:, swap]).abs()
@@ -216,10 +211,8 @@ def check_causal_rows(ids: Any) -> frozenset[int]:
 def check_circle_separation(synthetic_n: int) -> float:
     """One number, independent of the radius: neighbours are nearest.
     Chapter: *Do distinct positions get distinct vectors?*."""
-    angle = 2 * np.pi * np.arange(integer(synthetic_n, "synthetic_n", 2)) / synthetic_n
-    circle = np.stack([np.cos(angle), np.sin(angle)], axis=1)
-    E = geometry.pairwise_distances(circle)
-    return E[np.triu_indices(len(circle), 1)].min() / np.sqrt((circle**2).sum(1).mean())
+    n = integer(synthetic_n, "synthetic_n", 2)
+    return 2 * np.sin(np.pi / n)  # the chord between neighbours over the radius
 
 
 @_exercise("ex-separation-closest")
@@ -227,9 +220,8 @@ def check_closest_pair(table: np.ndarray) -> frozenset[int]:
     """Two 0-based positions (i, j): the smallest distance, i != j.
     Chapter: *Do distinct positions get distinct vectors?*."""
     E = geometry.pairwise_distances(np.asarray(table, dtype=np.float64))
-    i, j = np.triu_indices(len(E), 1)
-    k = int(np.argmin(E[i, j]))
-    return frozenset((int(i[k]), int(j[k])))
+    np.fill_diagonal(E, np.inf)
+    return frozenset(map(int, np.unravel_index(np.argmin(E), E.shape)))
 
 
 @_exercise("ex-layer-cka-input")
@@ -249,16 +241,9 @@ def check_cka_change(halves: Sequence[np.ndarray]) -> np.ndarray:
     return 1 + np.array([int(np.argmin(c)) for c in changes])
 
 
-#: ``{exercise} Title (stars)`` and the ``:label:`` line under it
-EXERCISE = re.compile(
-    r"^(?:`{3,}|:{3,})\{exercise\}\s*(.*?)\s*\n:label:\s*(\S+)", re.MULTILINE
-)
-
-
 def chapter_times(results: Path, profiles: Sequence[str] = ("smoke",)) -> pd.DataFrame:
-    """Wall seconds of each chapter (rows) per profile (columns) from the committed
-    results under ``results``; NaN where a profile has none. Chapter: *Teaching with
-    this book*."""
+    """Wall seconds of each chapter (rows) per profile (columns) in the committed
+    results; NaN where a profile has none. Chapter: *Teaching with this book*."""
     times: dict[str, dict[str, float]] = {}
     for profile in profiles:
         for path in sorted((Path(results) / profile).glob("*/results.json")):
@@ -269,13 +254,18 @@ def chapter_times(results: Path, profiles: Sequence[str] = ("smoke",)) -> pd.Dat
     return frame.reindex(columns=list(profiles)).rename_axis("chapter")
 
 
+#: ``{exercise} Title (stars)`` and the ``:label:`` line under it
+_EXERCISE = re.compile(
+    r"^(?:`{3,}|:{3,})\{exercise\}\s*(.*?)\s*\n:label:\s*(\S+)", re.MULTILINE
+)
+
+
 def exercises(source_dir: Path) -> pd.DataFrame:
-    """Every exercise of the chapters in ``source_dir``: chapter, label, title,
-    difficulty (stars), computational (a cell tagged ``exercise`` follows).
-    Chapter: *Teaching with this book*."""
+    """Every exercise in ``source_dir``: chapter, label, title, stars, computational (a
+    cell tagged ``exercise`` follows). Chapter: *Teaching with this book*."""
     rows = []
     for path in sorted(Path(source_dir).glob("*.md")):
-        parts = EXERCISE.split(path.read_text())  # text, then title, label, text ...
+        parts = _EXERCISE.split(path.read_text())  # text, then title, label, text ...
         for heading, label, text in zip(parts[1::3], parts[2::3], parts[3::3]):
             title, stars = re.fullmatch(r"(.*?)\s*(?:\((★+)\))?", heading).groups()
             computational = ":tags: [exercise]" in text
@@ -285,9 +275,8 @@ def exercises(source_dir: Path) -> pd.DataFrame:
 
 
 def prose_words(source: Path) -> int:
-    """Words of prose in a MyST chapter before its exercises (code cells, front matter,
-    roles and directives' options left out): what a reader reads. Chapter: *Teaching
-    with this book*."""
+    """Words of prose in a MyST chapter before its exercises, without code, front
+    matter, roles, options: what a reader reads. Chapter: *Teaching with this book*."""
     text = Path(source).read_text(encoding="utf-8")
     text = re.sub(r"^---\n.*?\n---\n", "", text, count=1, flags=re.DOTALL)
     text = re.sub(r"```\{code-cell\}.*?\n```", "", text, flags=re.DOTALL)
