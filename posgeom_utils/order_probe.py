@@ -157,11 +157,45 @@ class ShuffleProbe:
         return t_interval(self.accuracy, level)
 
 
-def _seed_split(pairs: ShufflePairs, seed: int, eval_fraction: float):
+def word_units(pairs: ShufflePairs, tokenizer: Any) -> np.ndarray:
+    """The word of each piece of ``pairs.words`` (0, 1, ... per row; -1 for padding): a
+    WordPiece ``##`` piece, or a piece without a SentencePiece / BPE word marker, joins
+    the word before it. Chapter: *Why a Transformer needs positions*."""
+    vocab = [
+        str(t) for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    ]
+    if any(t.startswith("##") for t in vocab):
+        starts = np.array([not t.startswith("##") for t in vocab])
+    else:
+        starts = np.array([t.startswith(("\u2581", "\u0120")) for t in vocab])
+    words = pairs.words
+    begins = (words >= 0) & starts[np.maximum(words, 0)]
+    begins[:, 0] = words[:, 0] >= 0
+    return np.where(words >= 0, np.cumsum(begins, axis=1) - 1, -1)
+
+
+def shuffle_units(
+    words: np.ndarray, units: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Permute the units (words) of every row at random, each unit's pieces kept
+    together and in order, padding (-1) at the end. Chapter: *Why a Transformer needs
+    positions*."""
+    keys = np.take_along_axis(rng.random(words.shape), np.maximum(units, 0), axis=1)
+    keys[words < 0] = np.inf
+    place = np.broadcast_to(np.arange(words.shape[1]), words.shape)
+    return np.take_along_axis(words, np.lexsort((place, keys), axis=1), axis=1)
+
+
+def _seed_split(
+    pairs: ShufflePairs, seed: int, eval_fraction: float, units: Any = None
+):
     """Labels, shuffled words and train/eval split of one seed (model-independent)."""
     rng = np.random.default_rng([int(seed), 7919])
     labels = rng.random(len(pairs)) < 0.5
-    shuffled = shuffle_within(pairs.words, rng)
+    if units is None:
+        shuffled = shuffle_within(pairs.words, rng)
+    else:
+        shuffled = shuffle_units(pairs.words, units, rng)
     changed = np.any(shuffled != pairs.words, axis=1)
     keep = np.flatnonzero(changed | ~labels)  # drop "shuffles" that kept the order
     order = keep[rng.permutation(len(keep))]
@@ -177,9 +211,11 @@ def shuffle_probe(
     batch_size: int = 128,
     device: str = "auto",
     C: float = 1.0,
+    units: np.ndarray | None = None,
 ) -> ShuffleProbe:
     """Per seed, held-out accuracy of a logistic regression on pooled features telling
-    shuffled from original. Chapter: *Why a Transformer needs positions*."""
+    shuffled from original; ``units`` (:func:`word_units`): shuffle whole words, not
+    pieces. Chapter: *Why a Transformer needs positions*."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -189,10 +225,15 @@ def shuffle_probe(
     seeds = [int(s) for s in seeds]
     checks.require(seeds, "seeds", "non-empty", seeds, "pass e.g. seeds=range(5)")
     eval_fraction = checks.fraction(eval_fraction, "eval_fraction")
+    if units is not None:
+        shape = np.shape(units)
+        fix = "pass units=word_units(pairs, tokenizer)"
+        ok, expected = shape == pairs.words.shape, f"shape {pairs.words.shape}"
+        checks.require(ok, "units", expected, shape, fix)
     original = pooled_features(model, *pairs.inputs(pairs.words), batch_size, device)
     accuracy = []
     for s in seeds:
-        labels, shuffled, train, held_out = _seed_split(pairs, s, eval_fraction)
+        labels, shuffled, train, held_out = _seed_split(pairs, s, eval_fraction, units)
         features = original.copy()
         rows = np.flatnonzero(labels)
         features[rows] = pooled_features(
@@ -203,4 +244,5 @@ def shuffle_probe(
         clf.fit(features[train], y[train])
         accuracy.append(float((clf.predict(features[held_out]) == y[held_out]).mean()))
     params = dict(pairs.params, eval_fraction=eval_fraction, C=float(C))
+    params |= {} if units is None else {"shuffled": "whole words"}
     return ShuffleProbe(np.asarray(accuracy), seeds, len(train), len(held_out), params)

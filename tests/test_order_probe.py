@@ -17,8 +17,11 @@ from posgeom_utils.order_probe import (
     pooled_features,
     shuffle_pairs,
     shuffle_probe,
+    shuffle_units,
     with_position_table,
+    word_units,
 )
+from posgeom_utils.tasks import shuffle_within
 
 WORDS = ("the a cat dog sat on mat quickly running blue house river mountain under over because although "
          "green small old new red").split()
@@ -168,3 +171,59 @@ def test_probe_is_deterministic_and_paired(tiny_bert, texts, tokenizer):
         shuffle_probe(tiny_bert, pairs, eval_fraction=1.0)
     with pytest.raises(ValueError, match="shuffle_pairs"):
         shuffle_probe(tiny_bert, pairs.words)
+
+
+# --------------------------------------------------------------------------- whole-word shuffles
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=6), min_size=1, max_size=5),
+       seed=st.integers(0, 2**16))
+def test_shuffle_units_moves_whole_words_and_keeps_each_word_intact(rows, seed):
+    """Row k holds words of the given piece counts, piece ids 100 * word + piece; padding -1 at the end."""
+    width = max(sum(r) for r in rows) + 1
+    words = np.full((len(rows), width), -1)
+    units = np.full((len(rows), width), -1)
+    for k, sizes in enumerate(rows):
+        pieces = [(u, 100 * u + j) for u, size in enumerate(sizes) for j in range(size)]
+        units[k, :len(pieces)] = [u for u, _ in pieces]
+        words[k, :len(pieces)] = [p for _, p in pieces]
+    out = shuffle_units(words, units, np.random.default_rng(seed))
+    for k, sizes in enumerate(rows):
+        real = out[k][out[k] >= 0]
+        assert len(real) == sum(sizes) and (out[k][len(real):] == -1).all()  # padding stays last
+        assert sorted(real) == sorted(words[k][words[k] >= 0])  # the same pieces
+        # every word's pieces are adjacent and in their order: piece j of word u follows piece j - 1
+        for i, piece in enumerate(real):
+            if piece % 100:
+                assert i > 0 and real[i - 1] == piece - 1
+
+
+def test_one_piece_words_shuffle_exactly_as_pieces_do():
+    """With every piece its own word, the whole-word shuffle is the word-piece shuffle, draw for draw."""
+    words = np.array([[5, 6, 7, 8, -1], [9, 10, -1, -1, -1]])
+    units = np.where(words >= 0, np.arange(5), -1)
+    for seed in range(5):
+        np.testing.assert_array_equal(shuffle_units(words, units, np.random.default_rng(seed)),
+                                      shuffle_within(words, np.random.default_rng(seed)))
+
+
+def test_word_units_join_continuation_pieces(tokenizer):
+    texts = [f"the unbelievably quick tokenization of words {w}" for w in WORDS[:12]]  # 7 words each
+    pairs = shuffle_pairs(texts, tokenizer, max_len=24, min_len=2, size=None)
+    exercised = False
+    for row, units in zip(pairs.words, word_units(pairs, tokenizer)):
+        pieces = tokenizer.convert_ids_to_tokens([int(t) for t in row if t >= 0])
+        assert (units[len(pieces):] == -1).all() and units[0] == 0
+        assert units[len(pieces) - 1] == 6  # seven words, as whitespace counts them
+        for i, piece in enumerate(pieces[1:], start=1):  # a ## piece stays in the word before it
+            assert units[i] == units[i - 1] + (not piece.startswith("##"))
+        exercised |= any(p.startswith("##") for p in pieces)
+    assert exercised
+
+
+def test_whole_word_probe_checks_its_units(tiny_bert, texts, tokenizer):
+    pairs = shuffle_pairs(texts, tokenizer, max_len=16, min_len=4, size=120)
+    with pytest.raises(ValueError, match="units"):
+        shuffle_probe(tiny_bert, pairs, seeds=[0], units=word_units(pairs, tokenizer)[:, :3])
+    probe = shuffle_probe(tiny_bert, pairs, seeds=[0], units=word_units(pairs, tokenizer), device="cpu")
+    assert probe.params["shuffled"] == "whole words" and probe.accuracy.shape == (1,)
