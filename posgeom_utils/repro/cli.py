@@ -197,9 +197,8 @@ def _corpus(args: argparse.Namespace) -> Any:
 
     name, path = args.corpus, Path(args.corpus).expanduser()
     if name in LOCAL_FILES:
-        missing = usage(
-            f"--corpus {name}: ", " (or pass --data-dir DIR)", (FileNotFoundError,)
-        )
+        fix = " (or pass --data-dir DIR)"
+        missing = usage(f"--corpus {name}: ", fix, (FileNotFoundError,))
         with usage("--split/--corpus: "), missing:
             corpus = load_corpus(name, args.split, data_dir=args.data_dir)
     elif not path.is_file():
@@ -313,13 +312,12 @@ def _run(args: argparse.Namespace) -> int:
     """Re-execute chapters under a profile: notebook and results.json per chapter."""
     from .runner import RunError, run_chapters
 
-    out = Path(args.out).expanduser() if args.out else None
-    source = Path(args.source_dir).expanduser() if args.source_dir else None
-    given = ("command", "func", "profile", "out", "source_dir")
-    options = {k: v for k, v in vars(args).items() if k not in given}
-    options["log"] = functools.partial(print, flush=True)
+    options = {k: v for k, v in vars(args).items() if k not in ("command", "func")}
+    for key in ("out", "source_dir"):
+        if options[key]:
+            options[key] = Path(options[key]).expanduser()
     try:
-        summary = run_chapters(args.profile, out=out, source_dir=source, **options)
+        summary = run_chapters(**options, log=functools.partial(print, flush=True))
     except RunError as exc:
         raise UsageError(f"{exc.argument}: {exc}") from exc
     return 0 if summary.ok else 1

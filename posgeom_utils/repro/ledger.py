@@ -1,11 +1,10 @@
 """The reproduction ledger: each claim of Cirrincione (2026), our number and a verdict.
 
-Chapter: *Reproduction ledger*. Rows: ``book/paper_claims.yaml`` (its header documents
-the fields). A ``check`` on our glued keys is ``{key, op, value | other | paper, factor,
-offset}`` (``key op factor * rhs + offset``: a constant, another key or the paper's
-value), ``{key, op: between, low, high}``, ``{asserted: TEXT}`` (the chapter asserts
-it), ``{all: [...]}`` or ``{any: [...]}``; ``op`` is one of ``< <= > >= == !=``
-(``==``/``!=`` within ``tol + rtol |y|``)."""
+Chapter: *Reproduction ledger*. Rows: ``book/paper_claims.yaml``. A ``check`` on glued
+keys is ``{key, op, value | other | paper, factor, offset}`` (``key op factor * rhs +
+offset``), ``{key, op: between, low, high}``, ``{asserted: TEXT}`` (the chapter asserts
+it), ``{all: [...]}`` or ``{any: [...]}``; ``op``: ``< <= > >= == !=`` (``==``/``!=``
+within ``tol + rtol |y|``)."""
 
 from __future__ import annotations
 
@@ -169,11 +168,7 @@ def load_claims(path: str | Path | None = None) -> list[Claim]:
 
 def as_number(value: Any) -> float | None:
     """A glued value as a float (``"66%"``: 0.66). Chapter: *Reproduction ledger*."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
+    try:  # str() first: True, None and lists are not numbers
         text = str(value).strip()
         return float(text.rstrip("%")) / 100 if text.endswith("%") else float(text)
     except ValueError:
@@ -348,8 +343,7 @@ def judge(
         return _outcome(shown, NOT_CHECKABLE, claim.not_checkable)
     if results is None:
         return _outcome("", _pending(profile))
-    absent = [k for k in check_keys(claim.check) if k not in results]
-    if absent:
+    if absent := [k for k in check_keys(claim.check) if k not in results]:
         return _outcome(ours, MISSING, "", f"missing key(s) {absent} in results.json")
     evidence = render(claim.evidence, results)[0]
     passed, message = evaluate_check(claim.check, results)
@@ -396,8 +390,7 @@ def build_ledger(
         record["quantity"] = render(claim.quantity, (first or {}).get("results"))[0]
         record |= {"keys": keys, "rule": rule_text(claim)}
         for p in profiles:
-            outcome = judge(claim, payloads[p], p)
-            outcome |= _provenance(payloads[p], p)
+            outcome = judge(claim, payloads[p], p) | _provenance(payloads[p], p)
             record |= {f"{name} ({p})": value for name, value in outcome.items()}
         records.append(record)
     return pd.DataFrame(records).set_index("id")

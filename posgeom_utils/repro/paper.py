@@ -32,6 +32,5 @@ REPORTED: dict[str, tuple[float, str]] = {
 
 
 def reported(key: str) -> float:
-    """The paper's reported value for ``key`` (see :data:`REPORTED`).
-    Chapter: *Reproduction ledger*."""
+    """The paper's number ``REPORTED[key]``. Chapter: *Reproduction ledger*."""
     return REPORTED[choice(key, "key", sorted(REPORTED))][0]

@@ -1,8 +1,5 @@
-"""The committed reference results that the book shows, their provenance and the
-verdict rule of an interval.
-
-Chapter: *Reproduction ledger*. ``posgeom run --profile reference`` writes them to
-``book/results/reference/<chapter>/results.json``."""
+"""The committed reference results (``book/results/reference/<chapter>/results.json``),
+their provenance and the verdict rule of an interval. Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
 
@@ -17,16 +14,15 @@ RESULTS_ROOT = REPO_ROOT / "book" / "results"
 
 
 def read_run(folder: str | Path | None, chapter: str) -> dict[str, Any] | None:
-    """The ``results.json`` of ``chapter`` under ``folder`` (None if absent, unreadable
-    or without ``results``). Chapter: *Reproduction ledger*."""
+    """``folder/chapter/results.json`` (None if absent, unreadable or without
+    ``results``). Chapter: *Reproduction ledger*."""
     payload = read_json(Path(folder) / chapter / "results.json") if folder else None
     return payload if isinstance((payload or {}).get("results"), dict) else None
 
 
 def interval_verdict(low: float | None, high: float | None, null: float) -> str:
-    """``"above 0.5"``, ``"below 0.5"``, ``"not distinguishable from 0.5"`` or ``"no
-    interval"``: where ``[low, high]`` lies relative to ``null``. Chapter: *Reproduction
-    ledger*."""
+    """``[low, high]`` against ``null``: ``"above 0.5"``, ``"below 0.5"``, ``"not
+    distinguishable from 0.5"`` or ``"no interval"``. Chapter: *Reproduction ledger*."""
     from ..mlm import verdict
 
     if low is None or high is None:
@@ -37,9 +33,8 @@ def interval_verdict(low: float | None, high: float | None, null: float) -> str:
 
 
 def provenance_line(chapter: str, root: Path = RESULTS_ROOT) -> str:
-    """One sentence on the committed reference results of ``chapter``: commit, date,
-    device, wall time, whether the current code computed them. Chapter: *Reproduction
-    ledger*."""
+    """A sentence on ``chapter``'s reference results: commit, date, device, wall time,
+    whether the current code computed them. Chapter: *Reproduction ledger*."""
     from .runner import stale_results
 
     folder = Path(root) / "reference"
@@ -47,7 +42,7 @@ def provenance_line(chapter: str, root: Path = RESULTS_ROOT) -> str:
         fix = f"posgeom run --profile reference --chapters {chapter} --out "
         return f"no committed reference results: run `{fix}book/results/reference`"
     prov = payload.get("provenance", {})
-    commit = str(prov.get("commit") or "unknown commit")[:7]
+    commit = str(prov.get("commit") or "unknown")[:7]
     clean = "dirty tree" if prov.get("dirty") else "clean tree"
     run = (
         f"commit {commit}, {clean}, {str(prov.get('finished', ''))[:10]}, "
@@ -61,8 +56,7 @@ def provenance_line(chapter: str, root: Path = RESULTS_ROOT) -> str:
 
 
 def glue_provenance(chapter: str) -> None:
-    """Glue :func:`provenance_line` of ``chapter`` as ``provenance``, for the page only.
-    Chapter: *Reproduction ledger*."""
+    """Glue ``provenance``: :func:`provenance_line`. Chapter: *Reproduction ledger*."""
     from myst_nb import glue
 
     glue("provenance", provenance_line(chapter), display=False)

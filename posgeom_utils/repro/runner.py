@@ -1,10 +1,6 @@
-"""``posgeom run``: re-execute chapters through papermill under a profile and keep their
-results with provenance.
-
-Chapter: *Reproduction ledger*. Each chapter gets ``<out>/<chapter>/``: the executed
-notebook, ``results.json`` (parameters, glued results, provenance), ``failed.json``
-after a failure and resumable ``checkpoints/``; one with the same :data:`SKIP_KEYS` is
-skipped."""
+"""``posgeom run``: chapters re-executed by papermill under a profile, each into
+``<out>/<chapter>/`` (the notebook, ``results.json`` with provenance, ``failed.json``,
+resumable ``checkpoints/``). Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
 
@@ -30,7 +26,7 @@ from .. import checks
 from ..cache import read_json, write_json
 from ..models import device_name
 from ..scale.sweeps import ENVIRONMENT, EXECUTORS
-from .profiles import PROFILES, SIZE_PARAMETERS, chapter_parameters
+from .profiles import PROFILES, SIZE_PARAMETERS
 from .reference import RESULTS_ROOT, read_run
 from .results import CHECKPOINT_ENV, RESULTS_ENV
 from .sources import REPO_ROOT, code_hash, parse_code
@@ -114,8 +110,7 @@ def requested_parameters(
     """The parameters injected into ``chapter``: the profile's, ``device`` and ``model``
     (as ``model_name``) where declared, each size parameter bounded by ``cap``.
     Chapter: *Reproduction ledger*."""
-    known = chapter in PROFILES[profile]
-    params = chapter_parameters(chapter, profile) if known else {"profile": profile}
+    params = {"profile": profile, **PROFILES[profile].get(chapter, {})}
     for name, value in (("device", device), ("model_name", model)):
         if value is not None and name in declared:
             params[name] = value

@@ -1,10 +1,9 @@
 """What a chapter's numbers depend on: its code cells, the package code they import, the
-pinned environment.
-
-Chapter: *Reproduction ledger*. Code counts as its top-level definitions without
-docstrings, signature type hints, comments or layout (``ast.unparse``), sorted: a
-reformat or a move between imported modules keeps a hash, a new constant changes it.
-``python -m posgeom_utils.repro.sources`` prints :func:`package_hash`."""
+pinned environment. Chapter: *Reproduction ledger*. Code counts as its top-level
+definitions without docstrings, signature type hints, comments or layout
+(``ast.unparse``), sorted: a reformat or a move between imported modules keeps a hash, a
+new constant changes it. ``python -m posgeom_utils.repro.sources`` prints
+:func:`package_hash`."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ _BODIES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def _strip(tree: ast.AST) -> ast.AST:
-    """``tree`` without docstrings and signature type hints (a dataclass's fields
-    keep theirs)."""
+    """``tree`` without docstrings and signature hints (dataclass fields keep them)."""
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             a = node.args

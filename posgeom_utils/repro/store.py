@@ -1,10 +1,7 @@
-"""The committed store of memoised reference runs: what the book shows without
-retraining.
-
-Chapter: *Reproduction ledger*. Each run is keyed by its configuration and the
-chapter's normalised code; at the ``reference`` profile the runs are committed in
-``book/results/store/<chapter>/<name>/``, at the others only ``posgeom run`` keeps them
-(its checkpoints)."""
+"""Memoised runs, keyed by configuration and the chapter's normalised code: committed
+in ``book/results/store/<chapter>/<name>/`` at the ``reference`` profile (what the book
+shows), kept only in ``posgeom run``'s checkpoints at the others.
+Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
 

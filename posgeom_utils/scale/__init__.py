@@ -1,8 +1,3 @@
-"""Beyond one process: the science of the book on a Dask cluster, or data-parallel under
-Accelerate.
-
-Chapter: *Beyond one machine*. :mod:`.counting` counts sharded corpora, :mod:`.sweeps`
-runs many training runs (and starts the Dask clusters), :mod:`.data_parallel` runs the
-per-layer probe and fine-tuning under ``accelerate launch`` or ``torchrun``. Every path
-calls the single-process functions and returns what the single-process path returns
-(tested), which is why this subpackage is not part of the science hash."""
+"""Beyond one process: counting, training sweeps and probes on a Dask cluster or under
+Accelerate, each path returning what the single-process path returns (tested), so this
+subpackage is not part of the science hash. Chapter: *Beyond one machine*."""

@@ -1,6 +1,5 @@
 """Positional counts of a sharded corpus (text, jsonl or tsv files, or a streamed
-Hugging Face dataset): each shard counted by the streaming counter, the integer counts
-summed by a tree reduction on Dask, bit for bit as in one process. Chapter: *Beyond one
+Hugging Face dataset), summed exactly by a tree reduction on Dask. Chapter: *Beyond one
 machine*."""
 
 from __future__ import annotations
@@ -76,22 +75,17 @@ def _kind_of(path: str) -> str:
     for kind, endings in KINDS.items():
         if name.endswith(endings):
             return kind
-    fix = "name it *.txt, *.jsonl or *.tsv (maybe compressed, e.g. .gz), or pass kind="
+    fix = "name it *.txt, *.jsonl or *.tsv (maybe compressed, e.g. .gz) or pass a Shard"
     raise ValueError(f"cannot tell the format of shard {path!r} from its name: {fix}")
 
 
-def file_shards(
-    paths: str | Sequence[str], kind: str | None = None, text_field: str = "text"
-) -> list[Shard]:
+def file_shards(paths: str | Sequence[str], text_field: str = "text") -> list[Shard]:
     """Shards from file paths or URLs, patterns (``*``, ``?``, ``[``) expanded in sorted
-    order; ``kind`` overrides the format read from each name. Chapter: *Beyond one
-    machine*."""
+    order, each shard's format read from its name. Chapter: *Beyond one machine*."""
     import fsspec
     from fsspec.implementations.local import LocalFileSystem
 
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else paths
-    if kind is not None:
-        choice(kind, "kind", tuple(KINDS))
     expanded: list[str] = []
     for pattern in map(os.fspath, paths):
         if not any(ch in pattern for ch in "*?["):
@@ -102,7 +96,7 @@ def file_shards(
             raise FileNotFoundError(f"the pattern {pattern!r} matches no file")
         local = isinstance(fs, LocalFileSystem)
         expanded += [f if local else fs.unstrip_protocol(f) for f in sorted(found)]
-    return [Shard(p, kind or _kind_of(p), text_field) for p in expanded]
+    return [Shard(p, _kind_of(p), text_field) for p in expanded]
 
 
 def hub_shards(
@@ -172,10 +166,8 @@ def _file_rows(shard: Shard) -> Iterator[tuple[int, str]]:
             )
             return
         for k, line in enumerate(fh, 1):
-            if line.strip() and shard.kind == "jsonl":
-                yield k, _json_text(line, k, shard)
-            elif line.strip():
-                yield k, line.strip()
+            if text := line.strip():
+                yield k, _json_text(text, k, shard) if shard.kind == "jsonl" else text
 
 
 def _json_text(line: str, k: int, shard: Shard) -> str:

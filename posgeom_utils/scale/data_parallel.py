@@ -85,10 +85,9 @@ def data_parallel_hidden_means(
     accelerator: Any = None,
 ) -> probes.LayerMeans:
     """:func:`~posgeom_utils.probes.positional_hidden_means`, each process of
-    ``accelerator`` (created if None) probing its :func:`batch_share` with
-    ``batch_size`` per process. Every process returns the merged result, the
-    single-process one to float64 rounding with ``params["processes"]`` added.
-    Chapter: *Beyond one machine*."""
+    ``accelerator`` (created if None) probing its :func:`batch_share` (``batch_size``
+    per process); every process returns the merged, single-process result to rounding,
+    with ``params["processes"]``. Chapter: *Beyond one machine*."""
     texts = check_texts(texts)
     accelerator = _get_accelerator(accelerator)
     # the single-process checks, on every process before any collective
@@ -168,11 +167,10 @@ def data_parallel_finetune(
     num_classes: int = 2,
     accelerator: Any = None,
 ) -> tuple[PretrainedClassifier, History, list[tuple[int, np.ndarray]]]:
-    """:func:`~posgeom_utils.finetune.finetune` data-parallel (no ``checkpoint_dir``),
-    the same ``(model, history, records)`` on every process; ``accelerator`` is created
-    if None. ``config.batch_size`` is per process: ``P`` processes with batch ``B / P``
-    follow the single-process run with batch ``B`` to rounding. Chapter: *Beyond one
-    machine*."""
+    """:func:`~posgeom_utils.finetune.finetune` data-parallel (no ``checkpoint_dir``;
+    ``accelerator`` created if None), the same result on every process: ``P`` processes
+    with ``config.batch_size`` ``B / P`` follow the single-process run with batch ``B``
+    to rounding. Chapter: *Beyond one machine*."""
     from ..finetune import finetune
     from ..models import select_device
 
@@ -198,7 +196,6 @@ def data_parallel_finetune(
             yield net, settings
         acc.wait_for_everyone()
 
-    # finetune's own arguments, handed on unchanged
     data = (model_name, texts_train, y_train, texts_eval, y_eval, config)
     options = {"max_len": max_len, "record_every": record_every, "n_record": n_record}
     return finetune(*data, num_classes=num_classes, wrap=wrap, **options)
