@@ -197,11 +197,19 @@ def build_model(
     return model.to(select_device(c.get("device", "cpu")))
 
 
-def _record(out, model, held, references, step, seconds) -> None:
-    """Append the held-out loss (and the table's scores) at ``step`` to ``out``."""
+def _record(out, model, held, references, step, seconds, P0=None) -> None:
+    """Append the held-out loss (and a trained table's scores; with its initial table
+    ``P0``, its loss when zeroed and its movement) at ``step`` to ``out``."""
     model.eval()
     with torch.no_grad():
         loss = mlm_loss(model, *held).item()
+        if P0 is not None:  # a learned table: the loss without it, and how far it moved
+            P = model.pos_table
+            saved = P.detach().clone()
+            P.zero_()
+            out["eval_loss_zeroed"].append(mlm_loss(model, *held).item())
+            P.copy_(saved)
+            out["table_move"].append(float((saved - P0).norm() / P0.norm()))
     model.train()
     out["step"].append(step), out["seconds"].append(seconds)
     out["eval_loss"].append(loss)
@@ -219,7 +227,7 @@ def train_mlm(
 ) -> dict[str, Any]:
     """Train :func:`build_model` (MLM) on ``train`` (cut-vocabulary ids); every
     ``eval_every`` steps: held-out loss (fixed masks), seconds so far, a trained table's
-    :func:`scores`. Chapter: *Does a trained Transformer learn its corpus's
+    :func:`scores`, a learned table's zeroed loss and movement. Chapter: *Does a trained Transformer learn its corpus's
     geometry?*."""
     c = config
     model = build_model(c, train.shape[1], table)
@@ -230,10 +238,12 @@ def train_mlm(
     held = mask_batch(x_eval, c["mask_rate"], torch.Generator().manual_seed(0))
     held = tuple(t.to(device) for t in (*held, x_eval))
     out: dict[str, Any] = {"step": [], "seconds": [], "eval_loss": [], "scores": []}
+    out |= {"eval_loss_zeroed": [], "table_move": []}  # learned tables only
+    P0 = model.pos_table.detach().clone() if model.positional == "learned" else None
     seconds = 0.0
     for step in range(c["steps"] + 1):
         if step % c["eval_every"] == 0 or step == c["steps"]:
-            _record(out, model, held, references, step, seconds)
+            _record(out, model, held, references, step, seconds, P0)
         if step == c["steps"]:
             break
         start = time.perf_counter()
