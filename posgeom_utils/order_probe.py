@@ -187,8 +187,11 @@ def shuffle_units(
 
 
 def _seed_split(
-    pairs: ShufflePairs, seed: int, eval_fraction: float, units: Any = None
-):
+    pairs: ShufflePairs,
+    seed: int,
+    eval_fraction: float,
+    units: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Labels, shuffled words and train/eval split of one seed (model-independent)."""
     rng = np.random.default_rng([int(seed), 7919])
     labels = rng.random(len(pairs)) < 0.5
