@@ -227,8 +227,8 @@ def train_mlm(
 ) -> dict[str, Any]:
     """Train :func:`build_model` (MLM) on ``train`` (cut-vocabulary ids); every
     ``eval_every`` steps: held-out loss (fixed masks), seconds so far, a trained table's
-    :func:`scores`, a learned table's zeroed loss and movement. Chapter: *Does a trained Transformer learn its corpus's
-    geometry?*."""
+    :func:`scores`, a learned table's zeroed loss and movement. Chapter: *Does a trained
+    Transformer learn its corpus's geometry?*."""
     c = config
     model = build_model(c, train.shape[1], table)
     device = next(model.parameters()).device
