@@ -162,7 +162,8 @@ def test_the_committed_store_is_current() -> None:
     assert results["results"]["code"] == sources.modules_hash(["posgeom_utils.mlm"]), (
         "the memoised runs are stale for this code: rerun `posgeom run --profile reference "
         "--chapters learned_geometry --out book/results/reference` and commit book/results")
-    assert len(list(store.glob("*.json"))) == results["results"]["num_runs"]
+    runs = results["results"]["num_runs"] + results["results"]["num_lr_runs"]
+    assert len(list(store.glob("*.json"))) == runs
 
 
 def test_the_paper_sized_model_trains_on_the_cpu(tiny_data) -> None:
