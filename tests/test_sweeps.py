@@ -190,7 +190,8 @@ def test_failure_on_dask_names_the_run_and_keeps_finished_runs(
     Path(str(log) + ".fail").unlink()
     log.unlink()
     assert run_sweep(counted, configs, **dask) == serial_results
-    assert sorted(calls(log)) == sorted({c["name"] for c in configs} - kept)
+    # a set: a run of the first sweep cancelled as it started may still log its call
+    assert set(calls(log)) == {c["name"] for c in configs} - kept
 
 
 def twice(config: dict) -> dict:
