@@ -93,7 +93,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "layerwise": {"model_name": BERT, "n": 54, "other_n": 512, "sample_size": None,
                       "other_sample_size": 25000, "probe_min_count": 100,
                       "batch_size": 128},
-        # BERT-small sized (4 layers, width 256), full vocabulary: 75 runs, untimed
+        # BERT-small sized (4 layers, width 256), full vocabulary: 80 runs, untimed
         "learned_geometry": {"model_name": BERT, "n": 128, "other_n": 64,
                              "vocab_size": None, "d": 256, "n_layers": 4,
                              "train_steps": 3000, "batch_size": 128, "lr": 0.001,
