@@ -1,17 +1,20 @@
 """The reproduction ledger: each claim of Cirrincione (2026), our number and a verdict.
 
-Chapter: *Reproduction ledger*. Rows: ``book/paper_claims.yaml``. A ``check`` on glued
-keys is ``{key, op, value | other | paper, factor, offset}`` (``key op factor * rhs +
-offset``), ``{key, op: between, low, high}``, ``{asserted: TEXT}`` (the chapter asserts
-it), ``{all: [...]}`` or ``{any: [...]}``; ``op``: ``< <= > >= == !=`` (``==``/``!=``
-within ``tol + rtol |y|``)."""
+Chapter: *Reproduction ledger*. Rows: ``book/paper_claims.yaml``. A ``check`` is a
+Python expression: ``< <= > >= ==`` (chained too), ``and``, ``or``, ``+ - * /`` and
+``abs()`` on numbers, glued keys (``results["a-b"]``: one that is not a name) and
+``paper.KEY`` (of ``REPORTED``), e.g. ``abs(x - paper.y) <= 0.1 * paper.y``; a value
+that is not a number fails every comparison. ``asserted: TEXT`` replaces it where the
+chapter asserts it."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
+import operator
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +36,15 @@ PENDING["paper"] = "pending a GPU run"
 MISSING = "missing result"
 LEDGER_PROFILES = ("reference", "paper")
 DEFAULT_CLAIMS = Path(__file__).resolve().parents[2] / "book" / "paper_claims.yaml"
-OPS = {"<": float.__lt__, "<=": float.__le__, ">": float.__gt__, ">=": float.__ge__}
 _TEMPLATE = re.compile(r"\{([A-Za-z0-9_\-]+)(?::([^{}]*))?\}")
 _ROW_VERDICTS = (REPRODUCED, DIFFERENT_DEFINITION, BY_CONSTRUCTION)
 _PAPER_FIX = "name a key of posgeom_utils.repro.paper.REPORTED, or 'key_a / key_b'"
-_CHECK_FORM = (
-    "write {key, op, value | other | paper} (op: < <= > >= == !=), "
-    "{key, op: between, low, high}, {asserted: TEXT}, {all: [...]} or {any: [...]}"
-)
+_CHECK_FORM = "write < <= > >= == of keys, paper.KEY and numbers (+ - * / abs), and/or"
+_OPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.And: all}
+_OPS |= {ast.GtE: operator.ge, ast.Eq: operator.eq, ast.Or: any, ast.Add: operator.add}
+_OPS |= {ast.Sub: operator.sub, ast.Mult: operator.mul}
+_OPS[ast.Div] = lambda a, b: a / b if b else math.nan  # x / 0 fails every comparison
+_TESTS = (ast.Compare, ast.BoolOp)  # what and/or may join
 
 
 class ClaimError(ValueError):
@@ -55,7 +59,8 @@ class Claim:
     chapter: str
     statement: str
     ours: str
-    check: dict[str, Any] | None = None
+    check: str | None = None
+    asserted: str = ""
     value: str | None = None
     text: str | None = None
     quantity: str = ""
@@ -70,7 +75,7 @@ class Claim:
     def keys(self) -> list[str]:
         """Every glued key the row reads, once. Chapter: *Reproduction ledger*."""
         alts = self.alternatives
-        checks = [c for c in [self.check, *(a["check"] for a in alts)] if c]
+        checks = [self.check, *(a["check"] for a in alts)]
         texts = [self.ours, self.quantity, self.evidence, self.definition]
         texts += [a["definition"] for a in alts]
         found = [k for c in checks for k in check_keys(c)]
@@ -95,33 +100,42 @@ def paper_value(ref: str) -> float:
     return values[0] / values[1] if len(values) == 2 else values[0]
 
 
-def _leaves(check: Any) -> list[Any]:
-    for mode in ("all", "any"):
-        if isinstance(check, Mapping) and mode in check:
-            return [leaf for sub in check[mode] for leaf in _leaves(sub)]
-    return [check]
+def _value(node: ast.AST, read: Callable[[str], float]) -> Any:
+    """A node of a check, evaluated; ClaimError for anything a check may not use."""
+    match node:
+        case ast.Constant(int() | float() as x) if not isinstance(x, bool):
+            return float(x)
+        case ast.Name(key) if key not in ("paper", "results", "abs"):
+            return read(key)
+        case ast.Subscript(ast.Name("results"), ast.Constant(str(key))):
+            return read(key)
+        case ast.Attribute(ast.Name("paper"), key):
+            return paper_value(key)
+        case ast.Call(ast.Name("abs"), [x], []):
+            return abs(_value(x, read))
+        case ast.UnaryOp(ast.USub(), x):
+            return -_value(x, read)
+        case ast.BinOp(a, op, b) if type(op) in _OPS:
+            return _OPS[type(op)](_value(a, read), _value(b, read))
+        case ast.BoolOp(op, parts) if all(isinstance(p, _TESTS) for p in parts):
+            return _OPS[type(op)]([_value(p, read) for p in parts])  # read every key
+        case ast.Compare(a, ops, bs) if set(map(type, ops)) <= set(_OPS):
+            x = [_value(side, read) for side in (a, *bs)]
+            return all(_OPS[type(op)](x[k], x[k + 1]) for k, op in enumerate(ops))
+    raise ClaimError(f"{ast.unparse(node)!r}: {_CHECK_FORM}")
 
 
-def check_keys(check: Mapping[str, Any]) -> list[str]:
+def check_keys(check: str | None) -> list[str]:
     """The glued keys a check reads, in order, once. Chapter: *Reproduction ledger*."""
-    leaves = _leaves(check)
-    return list(dict.fromkeys(c[n] for c in leaves for n in ("key", "other") if n in c))
-
-
-def _leaf_problem(leaf: Any) -> str | None:
-    """What is wrong with one comparison of a check, and the fix; None if nothing."""
-    if not isinstance(leaf, Mapping):
-        return f"{leaf!r}: {_CHECK_FORM}"
-    if "asserted" in leaf:
-        return None
-    op, sides = leaf.get("op"), set(leaf) & {"value", "other", "paper", "low", "high"}
-    one_side = sides in ({"value"}, {"other"}, {"paper"})
-    between = op == "between" and sides == {"low", "high"}
-    if "key" not in leaf or not (between or one_side and op in (*OPS, "==", "!=")):
-        return f"{leaf!r}: {_CHECK_FORM}"
-    if "paper" in leaf and _unknown_paper(leaf["paper"]):
-        return f"paper {leaf['paper']!r}: {_PAPER_FIX}"
-    return None
+    keys: list[str] = []
+    try:  # reading every key vets the whole check: a comparison, or an and/or of them
+        tree = ast.parse(check, mode="eval").body if check is not None else None
+        holds = tree is None or _value(tree, lambda key: keys.append(key) or math.nan)
+    except (SyntaxError, TypeError):  # TypeError: not a string
+        holds = None
+    if not isinstance(holds, bool):
+        raise ClaimError(f"{check!r}: {_CHECK_FORM}")
+    return list(dict.fromkeys(keys))
 
 
 def _row_problem(item: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -132,8 +146,8 @@ def _row_problem(item: Mapping[str, Any]) -> tuple[str, str] | None:
         return ", ".join(missing), "every row needs id, chapter, statement and ours"
     if ("value" in item) == ("text" in item):
         return "value/text", "give one: the paper's number by name, or its words"
-    if ("check" in item) == bool(item.get("not_checkable")):
-        return "check", "give a check, or not_checkable with the reason (not both)"
+    if len([f for f in ("check", "asserted", "not_checkable") if item.get(f)]) != 1:
+        return "check", "give one: a check, asserted, or not_checkable with the reason"
     if "value" in item and _unknown_paper(item["value"]):
         return "value", f"{item['value']!r}: {_PAPER_FIX}"
     if item.get("verdict", REPRODUCED) not in _ROW_VERDICTS:
@@ -141,12 +155,12 @@ def _row_problem(item: Mapping[str, Any]) -> tuple[str, str] | None:
     also = item.get("also", [])
     if not isinstance(also, list) or item["chapter"] in also:
         return "also", "list the other chapters whose keys the row reads"
-    checks = [("check", item["check"])] if "check" in item else []
-    checks += [("alternatives", a["check"]) for a in item.get("alternatives", [])]
-    for field, check in checks:
-        for leaf in _leaves(check):
-            if problem := _leaf_problem(leaf):
-                return field, problem
+    alts = [("alternatives", a.get("check", "")) for a in item.get("alternatives", [])]
+    for field, check in [("check", item.get("check")), *alts]:
+        try:
+            check_keys(check)
+        except ClaimError as error:
+            return field, str(error)
     return None
 
 
@@ -181,55 +195,23 @@ def _fmt(x: Any) -> str:
     return repr(x) if isinstance(x, str) else str(x)
 
 
-def _number(name: str, results: Mapping[str, Any]) -> float | None:
-    x = as_number(results.get(name))
-    return None if x is None or math.isnan(x) else x
-
-
-def _not_a_number(name: str, results: Mapping[str, Any]) -> tuple[bool, str]:
-    return False, f"{name} = {_fmt(results.get(name, 'missing'))} is not a number"
-
-
-def evaluate_check(
-    check: Mapping[str, Any], results: Mapping[str, Any]
-) -> tuple[bool, str]:
-    """(passed, what was compared). Chapter: *Reproduction ledger*."""
-    for mode, combine, joiner in (("all", all, " and "), ("any", any, " or ")):
-        if mode in check:
-            subs = [evaluate_check(c, results) for c in check[mode]]
-            return combine(p for p, _ in subs), joiner.join(f"[{m}]" for _, m in subs)
-    if "asserted" in check:
-        held = "the chapter ran to completion, so its assertion held"
-        return True, f"{held}: {check['asserted']}"
-    key, op = check["key"], check["op"]
-    if (x := _number(key, results)) is None:
-        return _not_a_number(key, results)
-    if op == "between":
-        passed = check["low"] <= x <= check["high"]
-        where = f"{'within' if passed else 'outside'} [{check['low']}, {check['high']}]"
-        return passed, f"{key} = {_fmt(x)} {where}"
-    if "value" in check:
-        base, name = float(check["value"]), _fmt(check["value"])
-    elif "other" in check:
-        name = check["other"]
-        if (base := _number(name, results)) is None:
-            return _not_a_number(name, results)
-    else:
-        base, name = paper_value(check["paper"]), f"paper {check['paper']}"
-    factor, offset = check.get("factor", 1), check.get("offset", 0)
-    y = factor * base + offset
-    rhs = (f"{_fmt(factor)} * " if factor != 1 else "") + name
-    rhs += f" {offset:+g}" if offset else ""
-    rhs += f" = {_fmt(y)}" if (factor != 1 or offset or "paper" in check) else ""
-    if op in OPS:
-        passed, within = OPS[op](x, float(y)), ""
-    else:
-        tol, diff = check.get("tol", 0.0) + check.get("rtol", 0.0) * abs(y), abs(x - y)
-        passed = (diff <= tol) == (op == "==")
-        compared = "<=" if diff <= tol else ">"
-        within = f" (|diff| {_fmt(diff)} {compared} tol {_fmt(tol)})"
-    verdict = "holds" if passed else "fails"
-    return passed, f"{key} = {_fmt(x)} {op} {rhs}{within}: {verdict}"
+def evaluate_check(check: str, results: Mapping[str, Any]) -> tuple[bool, str]:
+    """(passed, the values it read and the outcome). Chapter: *Reproduction ledger*."""
+    numbers, read = {}, []
+    for key in check_keys(check):  # every key is checked before evaluating
+        if key not in results:
+            raise ClaimError(f"check {check!r} reads {key!r}, which the results lack")
+        x = numbers[key] = math.nan if (y := as_number(results[key])) is None else y
+        shown = f"{_fmt(results[key])} is not a number" if math.isnan(x) else _fmt(x)
+        read.append(f"{key} = {shown}")
+    papers = dict.fromkeys(re.findall(r"\bpaper\.(\w+)", check))
+    read += [f"paper.{name} = {_fmt(paper_value(name))}" for name in papers]
+    get, tree = numbers.__getitem__, ast.parse(check, mode="eval").body
+    parts = tree.values if isinstance(getattr(tree, "op", None), ast.And) else []
+    failed = [ast.get_source_segment(check, p) for p in parts if not _value(p, get)]
+    outcome = "fails at " + "; ".join(failed) if failed else "fails"  # which parts
+    passed = _value(tree, get)
+    return passed, f"{check} with {', '.join(read)}: {'holds' if passed else outcome}"
 
 
 def render(text: str, results: Mapping[str, Any] | None) -> tuple[str, list[str]]:
@@ -276,19 +258,9 @@ def _provenance(payload: Mapping[str, Any] | None, profile: str) -> dict[str, An
 
 
 def rule_text(claim: Claim) -> str:
-    """The row's verdict rule in words. Chapter: *Reproduction ledger*."""
-    check = claim.check
-    if check is None:
-        return "-"
-    if "asserted" in check:
-        return f"asserted by the chapter: {check['asserted']}"
-    if "paper" in check and check["op"] == "==":
-        rtol = check.get("rtol")
-        parts = [f"{rtol:.0%} of the paper's value"] if rtol else []
-        if check.get("tol") or not parts:
-            parts.append(f"{check.get('tol', 0):g}")
-        return "|ours - paper| <= " + " + ".join(parts)
-    return "qualitative check on our keys: " + ", ".join(check_keys(check))
+    """The row's check, or what the chapter asserts. Chapter: *Reproduction ledger*."""
+    asserted = claim.asserted and f"asserted by the chapter: {claim.asserted}"
+    return asserted or claim.check or "-"
 
 
 def _sentences(*parts: str) -> str:
@@ -343,10 +315,16 @@ def judge(
         return _outcome(shown, NOT_CHECKABLE, claim.not_checkable)
     if results is None:
         return _outcome("", _pending(profile))
-    if absent := [k for k in check_keys(claim.check) if k not in results]:
+    checks = [claim.check, *(alt["check"] for alt in claim.alternatives)]
+    needed = dict.fromkeys(k for c in checks for k in check_keys(c))  # every check's
+    if absent := [k for k in needed if k not in results]:
         return _outcome(ours, MISSING, "", f"missing key(s) {absent} in results.json")
     evidence = render(claim.evidence, results)[0]
-    passed, message = evaluate_check(claim.check, results)
+    if claim.asserted:
+        held = "the chapter ran to completion, so its assertion held"
+        passed, message = True, f"{held}: {claim.asserted}"
+    else:
+        passed, message = evaluate_check(claim.check, results)
     if passed:
         own = claim.verdict != REPRODUCED
         definition = render(claim.definition, results)[0] if own else ""
