@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -215,11 +216,15 @@ def test_interrupted_training_resumes_from_its_checkpoint(tmp_path):
     assert "interrupted at step 10" in json.loads((out / "trainer" / "failed.json").read_text())["message"]
     checkpoint = out / "trainer" / "checkpoints" / "linear" / "checkpoint.pt"
     assert checkpoint.is_file()  # written at step 5, before the interruption
+    failed_seconds = json.loads((out / "trainer" / "failed.json").read_text())["wall_seconds"]
 
     (source / "INTERRUPT").unlink()
     resumed = run_chapters("smoke", out=out, source_dir=source, log=quiet)
     assert resumed.ran == ["trainer"]
     r = results(out, "trainer")["results"]
+    # the failed attempt's wall time counts in the run's
+    segments = results(out, "trainer")["provenance"]["segments"]
+    assert segments == [failed_seconds, pytest.approx(resumed.seconds["trainer"], abs=1e-3)]
     # a fresh run calls back at 0, 10, 20; the resumed one started after step 5, so never at 0
     assert r["callback_steps"] == [10, 20] and r["history_steps"] == [10, 20]
 
@@ -234,7 +239,72 @@ def test_interrupted_training_resumes_from_its_checkpoint(tmp_path):
     assert other.ran == ["trainer"] and results(out, "trainer")["results"]["callback_steps"] == [0, 10, 20]
 
 
+def test_resumed_runs_sum_the_wall_time_of_every_attempt(tmp_path, monkeypatch):
+    """Two simulated Ctrl-C, then a run to the end: results.json's wall_seconds sums the three attempts
+    (``segments``); --force, or another identity (an edited chapter), counts from zero."""
+    import papermill
+
+    source, out = write(tmp_path / "src", alpha=ALPHA), tmp_path / "out"
+    execute = papermill.execute_notebook
+
+    def ctrl_c(*args, **kwargs):  # Ctrl-C a little into the notebook
+        time.sleep(0.3)
+        raise KeyboardInterrupt
+
+    def interrupt(profile: str = "smoke", force: bool = False) -> dict:
+        monkeypatch.setattr(papermill, "execute_notebook", ctrl_c)
+        with pytest.raises(KeyboardInterrupt):
+            run_chapters(profile, out=out, source_dir=source, force=force, log=quiet)
+        monkeypatch.setattr(papermill, "execute_notebook", execute)
+        return json.loads((out / "alpha" / "interrupted.json").read_text())
+
+    first, second = interrupt(), interrupt()
+    assert first["wall_seconds"] >= 0.3 and first["segments"] == [first["wall_seconds"]]
+    assert second["wall_seconds"] >= 0.3 and second["segments"] == [first["wall_seconds"], second["wall_seconds"]]
+    lines: list[str] = []
+    done = run_chapters("smoke", out=out, source_dir=source, log=lines.append)
+    assert done.ran == ["alpha"] and "over 3 attempts" in " ".join(lines)
+    prov = results(out, "alpha")["provenance"]
+    assert prov["segments"][:2] == second["segments"] and len(prov["segments"]) == 3
+    assert prov["segments"][2] == pytest.approx(done.seconds["alpha"], abs=1e-3)
+    assert prov["wall_seconds"] == pytest.approx(sum(prov["segments"]), abs=1e-3)
+    assert prov["wall_seconds"] >= done.seconds["alpha"] + 0.6  # not only the last attempt
+    assert not (out / "alpha" / "interrupted.json").exists()
+    assert not (out / "alpha" / "checkpoints" / "segments.json").exists()
+
+    assert len(interrupt(force=True)["segments"]) == 1  # forced: a new run
+    forced = run_chapters("smoke", out=out, source_dir=source, force=True, log=quiet)  # and again
+    prov = results(out, "alpha")["provenance"]
+    assert forced.ran == ["alpha"] and prov["segments"] == [prov["wall_seconds"]]
+    assert prov["wall_seconds"] == pytest.approx(forced.seconds["alpha"], abs=1e-3)
+
+    assert len(interrupt("default")["segments"]) == 1  # another profile: another run
+    write(source, alpha=ALPHA.replace("n = 3", "n = 4"))  # and the chapter edited: yet another
+    edited = run_chapters("default", out=out, source_dir=source, log=quiet)
+    prov = results(out, "alpha")["provenance"]
+    assert edited.ran == ["alpha"] and results(out, "alpha")["results"]["total"] == 400
+    assert prov["segments"] == [prov["wall_seconds"]]
+
+
 # --------------------------------------------------------------------------- cap, device, usage errors
+
+NOISY = chapter("noisy", 'profile = "default"', """
+    import os
+
+    os.write(2, b"the kernel's own stderr\\n")  # what a kernel prints outside any cell's output
+    glue("x", 1)
+    """)
+
+
+def test_the_kernel_logs_to_its_chapter_folder_not_the_terminal(tmp_path, capfd):
+    """The kernel's own stderr (its warnings; the ZMQ traceback of a kernel stopped by Ctrl-C mid-cell) goes to
+    OUT/<chapter>/kernel.log: the terminal shows posgeom's lines only."""
+    out = tmp_path / "out"
+    summary = run_chapters("smoke", out=out, source_dir=write(tmp_path / "src", noisy=NOISY), log=quiet)
+    assert summary.ok
+    assert "the kernel's own stderr" in (out / "noisy" / "kernel.log").read_text()
+    assert "the kernel's own stderr" not in capfd.readouterr().err
+
 
 def test_cap_bounds_every_size_parameter():
     declared = {"profile": "default", "sample_size": 8000, "task_size": 20000, "train_steps": 300, "n": 64,

@@ -1,5 +1,6 @@
 """The committed reference results (``book/results/reference/<chapter>/results.json``),
-their provenance and the verdict rule of an interval. Chapter: *Reproduction ledger*."""
+their provenance, their freshness and the verdict rule of an interval.
+Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cache import read_json
-from .sources import REPO_ROOT
+from .sources import REPO_ROOT, code_hash
 
 #: where ``posgeom run`` results are committed, one folder per profile
 RESULTS_ROOT = REPO_ROOT / "book" / "results"
@@ -18,6 +19,26 @@ def read_run(folder: str | Path | None, chapter: str) -> dict[str, Any] | None:
     ``results``). Chapter: *Reproduction ledger*."""
     payload = read_json(Path(folder) / chapter / "results.json") if folder else None
     return payload if isinstance((payload or {}).get("results"), dict) else None
+
+
+def stale_results(
+    results_dir: Path, source_dir: Path | None = None, chapter: str = "*"
+) -> dict[str, str]:
+    """``{chapter: why}``: results in ``results_dir`` (of ``chapter``, ``"*"``: all) not
+    computed by the current code. Chapter: *Reproduction ledger*."""
+    source_dir = Path(source_dir or REPO_ROOT / "notebooks")
+    stale: dict[str, str] = {}
+    for path in sorted(Path(results_dir).glob(f"{chapter}/results.json")):
+        name, source = path.parent.name, source_dir / f"{path.parent.name}.md"
+        prov = (read_run(results_dir, name) or {}).get("provenance", {})
+        if not source.is_file():
+            stale[name] = f"no chapter {source} any more"
+        elif (recorded := prov.get("code_hash")) != (current := code_hash(source)):
+            stale[name] = (
+                f"code hash {str(recorded)[:12]} != current {current[:12]}: rerun "
+                f"`posgeom run --chapters {name} --out {Path(results_dir)}`"
+            )
+    return stale
 
 
 def interval_verdict(low: float | None, high: float | None, null: float) -> str:
@@ -35,8 +56,6 @@ def interval_verdict(low: float | None, high: float | None, null: float) -> str:
 def provenance_line(chapter: str, root: Path = RESULTS_ROOT) -> str:
     """A sentence on ``chapter``'s reference results: commit, date, device, wall time,
     whether the current code computed them. Chapter: *Reproduction ledger*."""
-    from .runner import stale_results
-
     folder = Path(root) / "reference"
     if (payload := read_run(folder, chapter)) is None:
         fix = f"posgeom run --profile reference --chapters {chapter} --out "

@@ -1,10 +1,12 @@
 """``posgeom run``: chapters re-executed by papermill under a profile, each into
 ``<out>/<chapter>/`` (the notebook, ``results.json`` with provenance, ``failed.json``,
-resumable ``checkpoints/``). Chapter: *Reproduction ledger*."""
+resumable ``checkpoints/``; a resumed run's wall time sums its attempts).
+Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -22,12 +24,13 @@ from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
-from .. import checks
+from .. import __version__, checks
 from ..cache import read_json, write_json
 from ..models import device_name
 from ..scale.sweeps import ENVIRONMENT, EXECUTORS
+from .paths import place_problem
 from .profiles import PROFILES, SIZE_PARAMETERS
-from .reference import RESULTS_ROOT, read_run
+from .reference import RESULTS_ROOT, read_run, stale_results  # noqa: F401 - API
 from .results import CHECKPOINT_ENV, RESULTS_ENV
 from .sources import REPO_ROOT, code_hash, parse_code
 
@@ -52,8 +55,8 @@ class RunError(ValueError):
 
 @dataclass
 class RunSummary:
-    """The chapters :func:`run_chapters` ran, skipped and failed, with wall times.
-    Chapter: *Reproduction ledger*."""
+    """The chapters :func:`run_chapters` ran, skipped and failed, with this call's wall
+    times. Chapter: *Reproduction ledger*."""
 
     out: Path
     ran: list[str] = field(default_factory=list)
@@ -123,26 +126,30 @@ def requested_parameters(
 
 
 def _check_request(profile, cap, executor, workers, scheduler) -> None:
-    """A :class:`RunError` naming the first bad option given."""
-    given = (
-        ("--profile", checks.choice, profile, sorted(PROFILES)),
-        ("--cap", checks.integer, cap, 1, None, "pass e.g. --cap 2000"),
-        ("--executor", checks.choice, executor, EXECUTORS),
-        ("--workers", checks.integer, workers, 1, None, "pass e.g. --workers 2"),
+    """A :class:`RunError` naming the first bad option: the Python API's checks (the
+    command line's argparse choices, the same ones, come first)."""
+
+    def address(value: Any, name: str) -> None:
+        example = "a Dask scheduler address such as tcp://127.0.0.1:8786"
+        checks.require(isinstance(value, str) and value.strip(), name, example, value)
+
+    given = (  # (option, value, check, its arguments): None passes but for --profile
+        ("--profile", profile, checks.choice, sorted(PROFILES)),
+        ("--cap", cap, checks.integer, 1, None, "pass e.g. --cap 2000"),
+        ("--executor", executor, checks.choice, EXECUTORS),
+        ("--workers", workers, checks.integer, 1, None, "pass e.g. --workers 2"),
+        ("--scheduler", scheduler, address),
     )
-    for option, check, value, *args in given:
+    for option, value, check, *args in given:
         try:
-            if value is not None:
+            if value is not None or option == "--profile":
                 check(value, option, *args)
         except ValueError as exc:
             raise RunError(option, str(exc)) from None
-    if scheduler is not None and not (isinstance(scheduler, str) and scheduler.strip()):
-        example = "a Dask scheduler address such as tcp://127.0.0.1:8786"
-        raise RunError("--scheduler", f"must be {example}, got {scheduler!r}")
-    for name, value in (("--workers", workers), ("--scheduler", scheduler)):
+    for option, value in (("--workers", workers), ("--scheduler", scheduler)):
         if value is not None and executor != "dask":
-            message = "is used only by the Dask executor: add --executor dask"
-            raise RunError(name, message)
+            dask = "is used only by the Dask executor: add --executor dask"
+            raise RunError(option, dask)
 
 
 def _chapters(source_dir: Path, chapters: list[str] | None) -> list[str]:
@@ -240,8 +247,6 @@ def _plan(chapter: str, source_dir: Path, out: Path, options: dict[str, Any]) ->
     """What to run for ``chapter``: its notebook, parameters and identity."""
     import jupytext
 
-    from .. import __version__
-
     source = source_dir / f"{chapter}.md"
     nb = jupytext.read(source)
     try:
@@ -275,8 +280,6 @@ def run_chapters(
     ``runs/<profile>-<date>/``), skipping current ones unless ``force``; a failing
     chapter does not stop the others, a bad request raises :class:`RunError` before
     anything runs. Chapter: *Reproduction ledger*."""
-    from .cli import place_problem
-
     _check_request(profile, cap, executor, workers, scheduler)
     source_dir = Path(source_dir or REPO_ROOT / "notebooks")
     chapters = _chapters(source_dir, chapters)
@@ -291,70 +294,77 @@ def run_chapters(
     execution = dict(zip(ENVIRONMENT, (executor, workers, scheduler)))
     execution = {k: v for k, v in execution.items() if v is not None}
     common = _machine(where, cap, execution)
-    summary = RunSummary(out)
     extra = "".join(f", {k} {v}" for k, v in {"cap": cap, **execution}.items() if v)
     head = f"posgeom run: profile {profile}, {len(plans)} chapter(s), device {where}"
     log(f"{head}{extra} -> {out}")
+    summary = RunSummary(out)
     for k, plan in enumerate(plans, 1):
-        prefix = f"[{k}/{len(plans)}] {plan.chapter}:"
-        previous = (read_run(out, plan.chapter) or {}).get("provenance", {})
-        if not force and all(previous.get(x) == plan.identity[x] for x in SKIP_KEYS):
-            summary.skipped.append(plan.chapter)
-            summary.seconds[plan.chapter] = 0.0
-            log(f"{prefix} skipped (current)")
-            continue
         try:
-            ok, seconds, message = _run_one(plan, force, common)
+            outcome = _chapter(plan, force, common, summary)
         except KeyboardInterrupt:
             stop = f"{plan.chapter}: interrupted ({plan.folder}/interrupted.json)"
             log(f"{stop}; rerun the same command to resume")
             raise
-        summary.seconds[plan.chapter] = seconds
-        (summary.ran if ok else summary.failed).append(plan.chapter)
-        done = "ran in" if ok else "FAILED after"
-        why = "" if ok else f": {message} (see {plan.folder}/failed.json)"
-        log(f"{prefix} {done} {seconds:.1f} s{why}")
+        log(f"[{k}/{len(plans)}] {plan.chapter}: {outcome}")
     log(f"posgeom run: {summary}")
     return summary
 
 
-def stale_results(
-    results_dir: Path, source_dir: Path | None = None, chapter: str = "*"
-) -> dict[str, str]:
-    """``{chapter: why}``: results in ``results_dir`` (of ``chapter``, ``"*"``: all) not
-    computed by the current code. Chapter: *Reproduction ledger*."""
-    source_dir = Path(source_dir or REPO_ROOT / "notebooks")
-    stale: dict[str, str] = {}
-    for path in sorted(Path(results_dir).glob(f"{chapter}/results.json")):
-        name, source = path.parent.name, source_dir / f"{path.parent.name}.md"
-        prov = (read_run(results_dir, name) or {}).get("provenance", {})
-        if not source.is_file():
-            stale[name] = f"no chapter {source} any more"
-        elif (recorded := prov.get("code_hash")) != (current := code_hash(source)):
-            stale[name] = (
-                f"code hash {str(recorded)[:12]} != current {current[:12]}: rerun "
-                f"`posgeom run --chapters {name} --out {Path(results_dir)}`"
-            )
-    return stale
+def _chapter(plan: _Plan, force: bool, common: dict, summary: RunSummary) -> str:
+    """Skip ``plan``'s chapter if current (and not ``force``), else run it; the outcome,
+    into ``summary`` and in words."""
+    previous = (read_run(summary.out, plan.chapter) or {}).get("provenance", {})
+    if not force and all(previous.get(x) == plan.identity[x] for x in SKIP_KEYS):
+        summary.skipped.append(plan.chapter)
+        summary.seconds[plan.chapter] = 0.0
+        return "skipped (current)"
+    ok, seconds, message = _run_one(plan, force, common)
+    summary.seconds[plan.chapter] = seconds
+    (summary.ran if ok else summary.failed).append(plan.chapter)
+    if ok:
+        return f"ran in {seconds:.1f} s" + (f" ({message})" if message else "")
+    return f"FAILED after {seconds:.1f} s: {message} (see {plan.folder}/failed.json)"
 
 
-def _execute(plan: _Plan, force: bool, common: dict, partial: Path) -> dict:
-    """Run the notebook (its checkpoints kept for another attempt of this very run);
-    what it saved (its parameters and results)."""
-    import papermill
-
+def _resume(plan: _Plan, force: bool) -> list[float]:
+    """Keep the checkpoints of an earlier attempt of this very run (same identity, no
+    ``force``), else start them afresh; the wall seconds of the earlier attempts."""
     checkpoints = plan.folder / "checkpoints"
     if force or read_json(checkpoints / "run.json") != plan.identity:
         shutil.rmtree(checkpoints, ignore_errors=True)
     checkpoints.mkdir(parents=True, exist_ok=True)
     write_json(checkpoints / "run.json", plan.identity)
-    env = {
-        RESULTS_ENV: str(partial.resolve()),
-        CHECKPOINT_ENV: str(checkpoints.resolve()),
-        **{ENVIRONMENT[k]: str(v) for k, v in common["execution"].items()},
-    }
+    earlier = (read_json(checkpoints / "segments.json") or {}).get("segments")
+    valid = isinstance(earlier, list) and all(type(s) in (int, float) for s in earlier)
+    return earlier if valid else []
+
+
+def _logged_kernel(path: Path) -> type:
+    """A kernel manager whose kernel writes its own log to ``path``, not to our
+    terminal: a Ctrl-C that stops it mid-cell leaves its ZMQ traceback there."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class LoggedKernel(AsyncKernelManager):
+        """The kernel's stderr in the chapter's ``kernel.log``. Chapter: *Reproduction
+        ledger*."""
+
+        async def start_kernel(self, **kw: Any) -> None:
+            with open(path, "ab") as log:  # noqa: ASYNC230 - a local file, at once
+                await super().start_kernel(stderr=log, **kw)
+
+    return LoggedKernel
+
+
+def _execute(plan: _Plan, common: dict, partial: Path) -> dict:
+    """Run the notebook with its checkpoints; what it saved (parameters and results)."""
+    import papermill
+
+    checkpoints = str((plan.folder / "checkpoints").resolve())
+    env = {RESULTS_ENV: str(partial.resolve()), CHECKPOINT_ENV: checkpoints}
+    env |= {ENVIRONMENT[k]: str(v) for k, v in common["execution"].items()}
     notebook, cwd = str(plan.folder / f"{plan.chapter}.ipynb"), str(plan.source.parent)
     options = {"kernel_name": "python3", "cwd": cwd, "progress_bar": False}
+    options["kernel_manager_class"] = _logged_kernel(plan.folder / "kernel.log")
     with patch.dict(os.environ, env):
         papermill.execute_notebook(plan.notebook, notebook, plan.parameters, **options)
     if (payload := read_json(partial)) is None:
@@ -371,35 +381,40 @@ def _now() -> str:
 
 def _run_one(plan: _Plan, force: bool, common: dict) -> tuple[bool, float, str]:
     """Run one chapter, write ``results.json`` (``failed.json``, ``interrupted.json``);
-    (succeeded, wall seconds, the error in one line)."""
+    (succeeded, this attempt's wall seconds, the error or the resumed total in one
+    line). The wall time of a run is summed over its attempts (``segments``)."""
     from papermill.exceptions import PapermillExecutionError
 
-    folder, execution = plan.folder, common["execution"]
+    folder, partial = plan.folder, plan.folder / "results.partial.json"
     folder.mkdir(parents=True, exist_ok=True)
-    partial = folder / "results.partial.json"
     partial.unlink(missing_ok=True)
-    started, t0 = _now(), time.perf_counter()
+    started, t0, earlier = _now(), time.perf_counter(), []
+    execution = common["execution"]
     attempt = {"chapter": plan.chapter, "started": started, "execution": execution}
     attempt["requested_parameters"] = plan.parameters
     attempt["notebook"] = str(folder / f"{plan.chapter}.ipynb")
+
+    def segments() -> list[float]:  # the attempts of this very run, this one last
+        return [*earlier, round(time.perf_counter() - t0, 3)]
+
     try:
-        payload = _execute(plan, force, common, partial)
-        seconds = time.perf_counter() - t0
+        earlier = _resume(plan, force)
+        payload = _execute(plan, common, partial)
+        spent = segments()
         provenance = {**plan.identity, **common, "started": started, "finished": _now()}
-        provenance["wall_seconds"] = round(seconds, 3)
+        provenance |= {"wall_seconds": round(sum(spent), 3), "segments": spent}
         results = {k: payload.get(k, {}) for k in ("parameters", "results")}
         record = {"chapter": plan.chapter, "provenance": provenance, **results}
         write_json(folder / "results.json", record)
-        (folder / "failed.json").unlink(missing_ok=True)
-        (folder / "interrupted.json").unlink(missing_ok=True)
-        return True, seconds, ""
+        for name in ("failed.json", "interrupted.json", "checkpoints/segments.json"):
+            (folder / name).unlink(missing_ok=True)
+        total = f"{sum(spent):.1f} s over {len(spent)} attempts of this run"
+        return True, spent[-1], total if earlier else ""
     except KeyboardInterrupt:  # recorded; the checkpoints stay for the rerun
-        attempt["wall_seconds"] = round(time.perf_counter() - t0, 3)
         resume = "rerun the same command: training resumes from checkpoints/"
-        write_json(folder / "interrupted.json", attempt | {"resume": resume})
+        _stopped(folder, "interrupted.json", attempt | {"resume": resume}, segments())
         raise
     except Exception as exc:  # noqa: BLE001 - recorded; the other chapters still run
-        attempt["wall_seconds"] = round(time.perf_counter() - t0, 3)
         lines = "".join(traceback.format_exception(exc)).splitlines()
         error = {"error": type(exc).__name__, "message": str(exc)}
         if isinstance(exc, PapermillExecutionError):  # the notebook cell's error
@@ -407,8 +422,18 @@ def _run_one(plan: _Plan, force: bool, common: dict) -> tuple[bool, float, str]:
             error = {"error": exc.ename, "message": str(exc.evalue)}
             error["cell_index"] = exc.cell_index
         record = attempt | error | {"traceback": lines[-20:]}
-        write_json(folder / "failed.json", record)
+        record = _stopped(folder, "failed.json", record, segments())
         message = " ".join(record["message"].split())[:200]
         return False, record["wall_seconds"], f"{record['error']}: {message}"
     finally:
         partial.unlink(missing_ok=True)
+
+
+def _stopped(folder: Path, name: str, record: dict, spent: list[float]) -> dict:
+    """Write an attempt that stopped to ``folder/name``, its time for the next attempt
+    of this very run (``checkpoints/segments.json``); the record."""
+    record |= {"wall_seconds": spent[-1], "segments": spent}
+    write_json(folder / name, record)
+    with contextlib.suppress(OSError):  # then the next attempt counts from zero
+        write_json(folder / "checkpoints" / "segments.json", {"segments": spent})
+    return record
