@@ -36,7 +36,8 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, s
 
 
 def stress_json(model: str, corpus: Path, capsys, *extra: str) -> dict:
-    argv = ["stress", "--model", model, "--corpus", str(corpus), "--n", "16", "--min-count", "5", "--json"]
+    argv = ["stress", "--model", model, "--corpus", str(corpus), "--n", "16", "--min-count", "5", "--json",
+            "--replicates", "0"]
     code, out, err = run_cli([*argv, *extra], capsys)
     assert code == 0, err
     return json.loads(out)
@@ -52,7 +53,8 @@ def check_table(info: dict) -> dict[str, dict]:
 
 
 def test_packaged_model_json(text_file: Path, capsys):
-    info = stress_json(DEFAULT_MODEL, text_file, capsys)
+    info = stress_json(DEFAULT_MODEL, text_file, capsys, "--geometry", "plugin")
+    assert info["geometry"].startswith("plug-in")
     assert info["texts"] == 200 and 3 <= info["n"] <= 16 and len(info["support"]) == info["n"]
     assert min(info["support"]) >= 5 and 1 <= info["effective_rank"] <= info["n"]
     table = check_table(info)
@@ -65,10 +67,13 @@ def test_packaged_model_json(text_file: Path, capsys):
 
 
 def test_text_table(text_file: Path, capsys):
-    argv = ["--model", DEFAULT_MODEL, "--corpus", str(text_file), "--n", "12", "--min-count", "5", "--policy", "drop"]
+    argv = ["--model", DEFAULT_MODEL, "--corpus", str(text_file), "--n", "12", "--min-count", "5", "--policy", "drop",
+            "--replicates", "5"]
     code, out, _ = run_cli(["stress", *argv], capsys)
     assert code == 0
     assert all(words in out for words in ("raw stress", "learned (model)", "MDS optimum", "sinusoidal", "support"))
+    assert "geometry: corrected Hellinger" in out and "bootstrap over 5 resamples" in out
+    assert out.count("[") >= 6  # an interval beside each raw and fitted stress
 
 
 def _save_tiny(kind: str, path: Path) -> Path:
@@ -145,3 +150,139 @@ def test_stress_view_corpus_removes_the_moved_sep(tmp_path, capsys):
     path.write_text("".join(" ".join(rng.choice(WORDS, size=30)) + "\n" for _ in range(60)))
     info = {view: stress_json(DEFAULT_MODEL, path, capsys, "--n", "12", "--view", view) for view in ("model", "corpus")}
     assert info["model"]["violation_rate"] != info["corpus"]["violation_rate"]
+
+
+def test_corrected_geometry_is_the_default_with_intervals(text_file: Path, capsys):
+    """The corrected geometry (the book's) unless --geometry plugin; every interval holds its estimate."""
+    corrected = stress_json(DEFAULT_MODEL, text_file, capsys, "--replicates", "20")
+    plugin = stress_json(DEFAULT_MODEL, text_file, capsys, "--replicates", "20", "--geometry", "plugin")
+    assert corrected["geometry"].startswith("corrected") and "20 resamples" in corrected["intervals"]
+    assert corrected["violation_rate"] != plugin["violation_rate"]  # another geometry, not a relabelling
+    for info in (corrected, plugin):
+        for name, row in info["table"].items():
+            for column in ("raw stress", "fitted stress"):
+                low, high = row[f"{column} low"], row[f"{column} high"]
+                assert low <= row[column] <= high and low < high, (name, column)
+    # the noise correction leaves negative eigenvalues: full-width MDS cannot reproduce it exactly
+    assert corrected["negative_mass"] > 0 and corrected["table"]["MDS optimum (d=384)"]["raw stress"] > 1e-6
+
+
+def _save_table(P: np.ndarray, path: Path) -> str:
+    """``P`` saved as ``path`` in its suffix's format; the ``--encoding`` argument that reads it."""
+    import torch
+
+    if path.suffix == ".npy":
+        np.save(path, P)
+    elif path.suffix == ".csv":
+        np.savetxt(path, P, delimiter=",")
+    elif path.suffix == ".npz":
+        np.savez(path, table=P, other=P[:2])
+        return f"{path}:table"
+    else:
+        torch.save({"pos.weight": torch.tensor(P), "bias": torch.zeros(3)}, path)
+        return f"{path}:pos.weight"
+    return str(path)
+
+
+def test_own_table_in_every_format(text_file: Path, tmp_path: Path, capsys):
+    """``--encoding`` scores the same table the same way from .npy, .csv, .npz and .pt (rows beyond n unused)."""
+    P = np.random.default_rng(3).normal(size=(20, 6))
+    rows = {}
+    for suffix in (".npy", ".csv", ".npz", ".pt"):
+        info = stress_json(DEFAULT_MODEL, text_file, capsys, "--encoding", _save_table(P, tmp_path / f"t{suffix}"))
+        name, row = next(iter(info["table"].items()))
+        assert name.startswith(f"t{suffix}") and info["mechanism"].startswith("your table")
+        assert info["width"] == 6 and list(info["table"])[1:] == ["MDS optimum (d=6)", "sinusoidal (d=6)"]
+        rows[suffix] = row
+    for suffix in (".csv", ".npz", ".pt"):
+        assert rows[suffix] == pytest.approx(rows[".npy"], rel=1e-6), suffix
+    # the scores are the table's own: its first n rows, not a re-ranked copy
+    info = stress_json(DEFAULT_MODEL, text_file, capsys, "--encoding", _save_table(P[::-1].copy(), tmp_path / "r.npy"))
+    assert next(iter(info["table"].values()))["raw stress"] != rows[".npy"]["raw stress"]
+
+
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda d: np.save(d / "a.npy", np.ones((5, 4))) or d / "a.npy", "5 rows < --n 16"),
+        (lambda d: d / "missing.npy", "no such file"),
+        (lambda d: (d / "a.txt").write_text("1,2\n") and d / "a.txt", "unknown kind"),
+        (lambda d: np.savez(d / "b.npz", x=np.ones((20, 2)), y=np.ones((20, 2))) or d / "b.npz", "FILE:KEY"),
+        (lambda d: (d / "h.csv").write_text("a,b\n1,2\n") and d / "h.csv", "--encoding"),
+        (lambda d: np.save(d / "nan.npy", np.full((20, 3), np.nan)) or d / "nan.npy", "NaN or inf"),
+        (lambda d: np.save(d / "v.npy", np.ones(20)) or d / "v.npy", "2-D"),
+    ],
+)
+def test_bad_tables_exit_2_before_counting(make, needle: str, tmp_path: Path, capsys, monkeypatch):
+    """A table that cannot be scored is one line naming --encoding, before the corpus is read."""
+    import posgeom_utils.repro.cli as cli
+
+    monkeypatch.setattr(cli, "_corpus", lambda args: pytest.fail("the corpus was read"))
+    argv = ["stress", "--model", DEFAULT_MODEL, "--corpus", "sst2", "--n", "16", "--encoding", str(make(tmp_path))]
+    code, out, err = run_cli(argv, capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "--encoding" in err and needle in err, err
+
+
+def test_positions_left_out_are_said(text_file: Path, capsys):
+    """--n beyond what --min-count texts reach: a note says how many positions were scored and why."""
+    info = stress_json(DEFAULT_MODEL, text_file, capsys, "--n", "64")
+    assert info["n"] < 64 == info["n_asked"]
+    assert f"positions {info['n']}.." in info["note"] and "--min-count 5" in info["note"]
+    assert "note" not in stress_json(DEFAULT_MODEL, text_file, capsys, "--n", "8")
+
+
+def test_version_and_defaults_in_help(capsys):
+    """``posgeom --version``; every option with a default shows it in --help."""
+    from posgeom_utils import __version__
+    from posgeom_utils.repro.cli import build_parser
+
+    code, out, _ = run_cli(["--version"], capsys)
+    assert code == 0 and out.strip() == f"posgeom {__version__}"
+    commands = build_parser()._subparsers._group_actions[0].choices
+    for name, parser in commands.items():
+        text = " ".join(parser.format_help().split())
+        for action in parser._actions:
+            if action.default not in (None, False, "==SUPPRESS==") and action.option_strings != ["-h", "--help"]:
+                assert f"(default: {action.default})" in text, (name, action.dest)
+
+
+def test_messages_use_the_command_words():
+    """API argument names in a message read as the options of the command."""
+    from posgeom_utils.repro.cli import cli_words
+
+    said = cli_words("a line without text_field='text': pass model_name=None, or min_count=k (n=128, n x V)")
+    assert said == "a line without --text-field 'text': pass --model None, or --min-count k (--n 128, n x V)"
+    assert cli_words("--min-count 3 and min_count") == "--min-count 3 and --min-count"
+
+
+def test_ctrl_c_is_one_line(capsys, monkeypatch):
+    """KeyboardInterrupt anywhere in a command: one line on stderr, exit code 130, no traceback."""
+    import posgeom_utils.repro.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_corpus", interrupted)
+    code, out, err = run_cli(["stress", "--model", DEFAULT_MODEL, "--corpus", "sst2"], capsys)
+    assert code == 130 and err == "posgeom stress: interrupted\n" and out == ""
+
+
+def test_relative_paths_are_resolved_where_the_command_runs(tmp_path: Path, monkeypatch, capsys):
+    """$POSGEOM_DATA_DIR / $POSGEOM_CACHE_DIR relative: absolute before the command (and its chapters) run."""
+    import os
+
+    import posgeom_utils.repro.cli as cli
+
+    seen = {}
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("POSGEOM_DATA_DIR", "../data")
+    monkeypatch.setenv("POSGEOM_CACHE_DIR", "cache")
+    def corpus(args):
+        seen.update(os.environ)
+        raise cli.UsageError("stop here")
+
+    monkeypatch.setattr(cli, "_corpus", corpus)
+    assert run_cli(["stress", "--model", DEFAULT_MODEL, "--corpus", "sst2"], capsys)[0] == 2
+    assert seen["POSGEOM_DATA_DIR"] == str(tmp_path / "../data")
+    assert seen["POSGEOM_CACHE_DIR"] == str(tmp_path / "cache")

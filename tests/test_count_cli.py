@@ -72,7 +72,8 @@ def test_failing_shard_writes_nothing(tmp_path, capsys):
         (["SHARD", "--n", "8", "--out", "c.txt"], "ending in .npz"),
         (["SHARD", "--n", "8", "--out", "c.npz", "--workers", "0"], "--workers must be an integer >= 1"),
         (["missing-*.txt", "--n", "8", "--out", "c.npz"], "matches no file"),
-        (["SHARD", "--n", "500", "--out", "c.npz", "--serial"], "longer than any sequence"),
+        (["SHARD", "--n", "50", "--out", "c.npz", "--serial", "--min-count", "0"], "--min-count must be"),
+        (["SHARD", "--n", "50", "--out", "c.npz", "--serial", "--min-count", "99"], "lower --min-count"),
     ],
 )
 def test_bad_usage_is_one_clear_line(shard_dir, tmp_path, capsys, argv, message, monkeypatch):
@@ -81,3 +82,31 @@ def test_bad_usage_is_one_clear_line(shard_dir, tmp_path, capsys, argv, message,
     code, _, err = run_cli(["count", *argv, "--model", DEFAULT_MODEL], capsys)
     assert code == 2
     assert message in err and err.count("\n") == 1, err
+
+
+def test_n_beyond_the_longest_text_counts_what_is_there(shard_dir, tmp_path, tokenizer, capsys, fresh_cache):
+    """--n 500 on texts of at most 21 tokens: the positions they reach are counted, and the output says so."""
+    out = tmp_path / "counts.npz"
+    argv = ["count", str(shard_dir / "part-0.txt"), "--model", DEFAULT_MODEL, "--n", "500", "--serial", "--out", str(out)]
+    code, stdout, err = run_cli(argv, capsys)
+    assert code == 0, err
+    result = PositionalMarginals.load(out)
+    longest = int(np.flatnonzero(result.length_hist).max())
+    assert result.n == longest < 500 and result.support[-1] >= 1
+    assert f"--n 500 asked, {longest} counted" in stdout and f"0..{longest - 1}" in stdout
+    provenance = json.loads(out.with_suffix(".json").read_text())
+    assert provenance["n_asked"] == 500 and provenance["n"] == longest
+    # what is read and what the matrix holds, each labelled: here every token read is at a kept position
+    assert provenance["tokens_counted"] == int(result.counts.sum()) == provenance["tokens"]
+    assert f"{provenance['tokens']:,} tokens read, {provenance['tokens_counted']:,} of them" in stdout
+    short = run_cli([*argv[:5], "4", *argv[6:], "--no-cache"], capsys)[1]
+    assert "tokens read" in short and "note" not in short  # n = 4 cuts: fewer tokens in the matrix than read
+
+
+def test_missing_text_field_is_named_as_the_option(tmp_path, capsys):
+    """A .jsonl line without the field: the message names --text-field, not the API's text_field=."""
+    shard = tmp_path / "rows.jsonl"
+    shard.write_text('{"body": "a film"}\n')
+    argv = ["count", str(shard), "--model", DEFAULT_MODEL, "--n", "8", "--serial", "--out", str(tmp_path / "c.npz")]
+    code, _, err = run_cli(argv, capsys)
+    assert code == 2 and "pass --text-field" in err and "text_field=" not in err, err

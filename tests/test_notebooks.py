@@ -198,3 +198,34 @@ def test_the_code_checks_can_fail(tmp_path: Path) -> None:
         object_lines(module, "A.g")
     assert included_objects("```{literalinclude} ../posgeom_utils/geometry.py\n:language: python\n"
                             ":pyobject: stress\n```\n") == [("posgeom_utils/geometry.py", "stress")]
+
+
+# --------------------------------------------------------------------------- papermill's -p names are checked
+
+
+def _tiny_chapter() -> nbformat.NotebookNode:
+    """A chapter's opening: an import cell, the parameters cell, the show_parameters cell (as every chapter)."""
+    cells = [
+        nbformat.v4.new_code_cell("import math"),
+        nbformat.v4.new_code_cell('profile = "reference"  # the profile\nn_seeds = 3  # seeds', metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell('from posgeom_utils.repro.results import show_parameters\nshow_parameters("necessity", globals())'),
+        nbformat.v4.new_code_cell("print(n_seeds)"),
+    ]
+    return nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+
+
+def test_a_misspelt_papermill_parameter_stops_the_chapter(tmp_path: Path) -> None:
+    """``-p n_seed 5`` (for n_seeds) fails at the parameters block, naming the known parameters; a right name runs."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    nb = tmp_path / "tiny.ipynb"
+    nbformat.write(_tiny_chapter(), nb)
+    with pytest.raises(PapermillExecutionError) as caught:
+        papermill.execute_notebook(str(nb), str(tmp_path / "bad.ipynb"), parameters={"n_seed": 5}, progress_bar=False)
+    message = str(caught.value.evalue)
+    assert "papermill -p n_seed: not a parameter of necessity" in message
+    assert "n_seeds" in message and "train_steps" in message  # the cell's names and the profiles' names
+    assert caught.value.cell_index == 3  # the show_parameters cell, before any of the chapter's work
+    out = papermill.execute_notebook(str(nb), str(tmp_path / "good.ipynb"), parameters={"n_seeds": 5}, progress_bar=False)
+    assert out.cells[-1].outputs[0]["text"] == "5\n"

@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 from ..checks import choice
+from .sources import parse_code
 
 #: the paper's model (needs the Hugging Face hub or a local copy)
 BERT = "bert-base-uncased"
@@ -108,4 +110,45 @@ def chapter_parameters(chapter: str, profile: str = "default") -> dict[str, Any]
     Chapter: *Reproduction ledger*."""
     choice(profile, "profile", sorted(PROFILES))
     choice(chapter, "chapter", sorted(PROFILES[profile]))
+    check_injected(chapter)
     return {"profile": profile, **PROFILES[profile][chapter]}
+
+
+def _assigned(source: str) -> set[str]:
+    """The names a cell's top-level assignments bind."""
+    try:
+        body = parse_code(source).body
+    except SyntaxError:
+        return set()
+    return {
+        t.id
+        for node in body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+
+
+def check_injected(chapter: str) -> None:
+    """In a kernel run by papermill: stop on a ``-p`` name that ``chapter``'s parameters
+    cell does not define, naming the ones it does. Chapter: *Reproduction ledger*."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # not in a kernel
+        return
+    shell = get_ipython()  # In[-1] is the cell calling us
+    cells = [str(c) for c in (shell.user_ns.get("In", []) if shell else [])][:-1]
+    names = [_assigned(cell) for cell in cells]
+    first = next((i for i, found in enumerate(names) if found), len(names))
+    known = {"profile", *(names[first] if names[first:] else ())}
+    known |= {k for chapters in PROFILES.values() for k in chapters.get(chapter, {})}
+    papermill = [  # papermill's injected cell opens with "# Parameters"
+        found
+        for cell, found in zip(cells[first + 1 :], names[first + 1 :])
+        if cell.lstrip().startswith("# Parameters")
+    ]
+    if unknown := sorted(set().union(*papermill) - known):
+        raise ValueError(
+            f"papermill -p {', '.join(unknown)}: not a parameter of {chapter}; its "
+            f"parameters are {', '.join(sorted(known))} (check the spelling)"
+        )
