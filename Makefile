@@ -1,14 +1,25 @@
 # posgeom: two commands build the executed book and run the tests (see README.md).
-#   make book POSGEOM_DATA_DIR=/path/to/data     environment (.venv) + strict, executed book in _build/html
-#   make test POSGEOM_DATA_DIR=/path/to/data     the book (cached) + unit, property and notebook tests
-#   make pdf / make student                       the PDF edition / the student notebooks (README, Editions)
+#   make book POSGEOM_DATA_DIR=../shared/data    environment (.venv) + strict, executed book in _build/html
+#   make test POSGEOM_DATA_DIR=../shared/data    the book (cached) + unit, property and notebook tests
+#   make pdf / make student                       the PDF edition / the student notebooks (docs/building.md)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-export POSGEOM_DATA_DIR
-export POSGEOM_CACHE_DIR ?= $(CURDIR)/.cache/posgeom
+# The two folders are made absolute here, once, against the folder make runs in, whether they come from the
+# make command line or the environment: the chapters execute in notebooks/, where a relative path such as
+# ../shared/data names another folder. A leading ~ is expanded. An empty or unset POSGEOM_DATA_DIR means
+# "load the corpora from the Hugging Face hub" and stays empty.
+posgeom_abspath = $(abspath $(patsubst ~/%,$(HOME)/%,$(patsubst ~,$(HOME),$(1))))
+ifneq ($(strip $(POSGEOM_DATA_DIR)),)
+override POSGEOM_DATA_DIR := $(call posgeom_abspath,$(strip $(POSGEOM_DATA_DIR)))
+endif
+POSGEOM_CACHE_DIR ?= $(CURDIR)/.cache/posgeom
+ifneq ($(strip $(POSGEOM_CACHE_DIR)),)
+override POSGEOM_CACHE_DIR := $(call posgeom_abspath,$(strip $(POSGEOM_CACHE_DIR)))
+endif
+export POSGEOM_DATA_DIR POSGEOM_CACHE_DIR
 PYTEST_ARGS ?=
 
 .PHONY: env book test references student pdf bench clean

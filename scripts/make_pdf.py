@@ -17,7 +17,7 @@ Usage:
   python scripts/make_pdf.py --skip-build          # print the existing _build/singlehtml
   python scripts/make_pdf.py --config C --path-output P --no-strict   # a scratch build (C: a _config.yml copy)
 
-Why Chromium and not the LaTeX builder: README (PDF edition).
+Why Chromium and not the LaTeX builder: docs/building.md (the PDF edition).
 """
 
 from __future__ import annotations

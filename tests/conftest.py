@@ -71,7 +71,7 @@ def tokenizer():
 
 @pytest.fixture(autouse=True, scope="session")
 def _one_torch_thread():
-    """Small models train far faster on one intra-op thread than on two on the 2-core machines (see README)."""
+    """Small models train far faster on one intra-op thread than on two on the 2-core machines (docs/performance.md, Threads)."""
     import torch
 
     before = torch.get_num_threads()

@@ -3,7 +3,7 @@
 ``posgeom_utils`` (the science) imports nothing from ``posgeom_utils.repro`` (the reproduction machinery). The
 freshness of committed results and the build's execution cache are keyed by normalised code (the chapter's
 code cells, the package modules they import, the pins): a docstring, a type hint, a reformat or a move of a function keeps
-them; one new constant invalidates them (README, *How this book is built*).
+them; one new constant invalidates them (docs/building.md).
 """
 
 from __future__ import annotations

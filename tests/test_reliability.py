@@ -1,4 +1,4 @@
-"""Nothing silent, nothing lost (the README's reliability table): texts counted once per line,
+"""Nothing silent, nothing lost (the bad-input table of docs/command-line.md): texts counted once per line,
 damaged shard and corpus files named with their line, damaged cache entries and checkpoints named and
 recomputed, no guessed distance matrices or NaN tables, profiles that bring their sizes, outputs with the
 user's umask, output places checked before any work, results printed when a late write fails, Ctrl-C during ``posgeom run`` recorded. Chapter: *Reproduction ledger*."""

@@ -296,10 +296,11 @@ NOISY = chapter("noisy", 'profile = "default"', """
     """)
 
 
-def test_the_kernel_logs_to_its_chapter_folder_not_the_terminal(tmp_path, capfd):
+def test_the_kernel_logs_to_its_chapter_folder_not_the_terminal(tmp_path, capfd, monkeypatch):
     """The kernel's own stderr (its warnings; the ZMQ traceback of a kernel stopped by Ctrl-C mid-cell) goes to
-    OUT/<chapter>/kernel.log: the terminal shows posgeom's lines only."""
-    out = tmp_path / "out"
+    OUT/<chapter>/kernel.log, a relative OUT included: the terminal shows posgeom's lines only."""
+    monkeypatch.chdir(tmp_path)
+    out = Path("out")
     summary = run_chapters("smoke", out=out, source_dir=write(tmp_path / "src", noisy=NOISY), log=quiet)
     assert summary.ok
     assert "the kernel's own stderr" in (out / "noisy" / "kernel.log").read_text()

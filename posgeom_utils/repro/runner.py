@@ -364,7 +364,9 @@ def _execute(plan: _Plan, common: dict, partial: Path) -> dict:
     env |= {ENVIRONMENT[k]: str(v) for k, v in common["execution"].items()}
     notebook, cwd = str(plan.folder / f"{plan.chapter}.ipynb"), str(plan.source.parent)
     options = {"kernel_name": "python3", "cwd": cwd, "progress_bar": False}
-    options["kernel_manager_class"] = _logged_kernel(plan.folder / "kernel.log")
+    options["kernel_manager_class"] = _logged_kernel(
+        (plan.folder / "kernel.log").resolve()
+    )
     with patch.dict(os.environ, env):
         papermill.execute_notebook(plan.notebook, notebook, plan.parameters, **options)
     if (payload := read_json(partial)) is None:
