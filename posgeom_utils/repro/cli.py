@@ -57,9 +57,10 @@ examples:
   posgeom count --hub json --data-files 'shards/*.jsonl' --model ./minilm --n 64 \\
       --serial --out counts.npz
 
-Shards: *.txt (a text per line), *.jsonl or *.tsv, maybe compressed, local or any fsspec
-URL, or a Hugging Face dataset (--hub). The sum equals a single-process count, bit for
-bit; a failing shard stops the count with its name, writing nothing.
+Shards: *.txt (a text per line; empty lines skipped), *.jsonl or *.tsv, maybe
+compressed, local or any fsspec URL, or a Hugging Face dataset (--hub). The sum equals a
+single-process count, bit for bit; a failing shard stops the count with its name,
+writing nothing.
 """
 
 #: the options of a command, one per row: (flag, help, keywords of ``add_argument``)
@@ -225,7 +226,7 @@ def _corpus(args: argparse.Namespace) -> Any:
             raise UsageError(f"--corpus {name!r} holds no text: pass one text per line")
         labels = np.full(len(texts), -1, dtype=np.int64)
         corpus = Corpus(path.name, "file", texts, labels, str(path))
-    return corpus.sample(args.sample_size)
+    return corpus.sample(args.sample_size, args.seed)
 
 
 def _table(spec: str) -> tuple[str, np.ndarray]:
