@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -284,3 +285,120 @@ def prose_words(source: Path) -> int:
     text = re.sub(r"\{[a-z:-]+\}`[^`]*`", "X", text)
     text = re.sub(r"^:[a-z-]+:.*$", "", text, flags=re.MULTILINE)
     return len(re.findall(r"[A-Za-z][A-Za-z'-]*", text))
+
+
+@dataclass(frozen=True)
+class Session:
+    """One class of the course: the chapters read before it, what it teaches (MyST
+    Markdown, math allowed), an extra in-class activity, its minutes and the chapters it
+    reruns at ``smoke``. Chapter: *Teaching with this book*."""
+
+    chapters: tuple[str, ...]
+    teaches: str
+    activity: str = ""
+    activity_minutes: int = 0
+    activity_runs: tuple[str, ...] = ()
+
+
+#: minutes of a class: the theorem and its proof, each chapter's student notebook run at
+#: ``smoke`` and discussed (plus its measured run), each ★ exercise; reading speed
+LECTURE_MINUTES, NOTEBOOK_MINUTES, STAR_MINUTES, WORDS_PER_MINUTE = 30, 10, 10, 200
+#: the longest class the plan allows, in minutes
+SESSION_LIMIT = 90
+#: the command of the central chapter's activity, and where it writes
+CONTROL_RUN = "posgeom run --profile smoke --chapters learned_geometry --out runs/class"
+
+#: the course: every chapter once, in the order of the book (the appendix on the paper's
+#: stresses with the chapter it is the appendix of)
+SESSIONS = (
+    Session(
+        ("positions_in_real_text",),
+        "the positional marginals $\\mu_i$, their support, the Hellinger distance "
+        "$d_{\\mathrm{H}}(\\mu_i, \\mu_j)$, sampling noise and its correction",
+    ),
+    Session(
+        ("necessity", "separation"),
+        "permutation equivariance (Theorem 1), its proof and check; order tasks and a "
+        "probe of a frozen model; distinct vectors for distinct positions (Theorem 4, "
+        "a proof sketch), conditions (a) and (b), controls of matched difficulty",
+    ),
+    Session(
+        ("mds_optimality", "stress_forensics"),
+        "the Hellinger geometry is Euclidean; classical MDS, strain and stress; "
+        "sinusoids, RoPE and ALiBi scored against the corpus; which definitions the "
+        "paper's stresses need",
+    ),
+    Session(
+        ("low_rank", "monotonicity"),
+        "the spectrum of $B = -\\tfrac12 J D_{\\mathrm{H}}^2 J$, low-rank tables "
+        "$P = AB^\\top$ with $r(n + d)$ numbers; triplet violation rates, the premise "
+        "on real text, the NTK argument (our reconstruction)",
+    ),
+    Session(
+        ("layerwise",),
+        "the positional geometry of every layer of a pre-trained model, against "
+        "chance and the sinusoids; CKA between layers",
+    ),
+    Session(
+        ("learned_geometry",),
+        "the central experiment: a table trained from scratch against the corpus's "
+        "geometry, the predictions written before the runs, the controls; the ledger",
+        activity=f"rerun a control from the command line: `{CONTROL_RUN}`",
+        activity_minutes=15,
+        activity_runs=("learned_geometry",),
+    ),
+)
+
+
+def _title(path: Path) -> str:
+    return next(
+        line[2:] for line in path.read_text().splitlines() if line.startswith("# ")
+    )
+
+
+def course_plan(
+    notebooks: Path, results: Path, sessions: Sequence[Session] = SESSIONS
+) -> pd.DataFrame:
+    """One row per session (from 1): its chapters, reading minutes before class, ★
+    exercises, the measured ``smoke`` seconds of its runs (notebooks and activity) and
+    the minutes in class. Chapter: *Teaching with this book*."""
+    smoke = chapter_times(Path(results))["smoke"]
+    stars = (
+        exercises(Path(notebooks)).query("difficulty == 1")["chapter"].value_counts()
+    )
+    rows = []
+    for k, s in enumerate(sessions, 1):
+        words = sum(prose_words(Path(notebooks) / f"{c}.md") for c in s.chapters)
+        runs = [smoke.get(c, math.nan) for c in (*s.chapters, *s.activity_runs)]
+        n_stars = int(sum(stars.get(c, 0) for c in s.chapters))
+        minutes = LECTURE_MINUTES + NOTEBOOK_MINUTES * len(s.chapters)
+        minutes += STAR_MINUTES * n_stars + s.activity_minutes + sum(runs) / 60
+        rows.append(
+            {
+                "session": k,
+                "chapters": s.chapters,
+                "titles": [_title(Path(notebooks) / f"{c}.md") for c in s.chapters],
+                "reading (min)": words / WORDS_PER_MINUTE,
+                "stars": n_stars,
+                "runs (s)": sum(runs),
+                "in class (min)": minutes,
+                "teaches": s.teaches,
+                "activity": s.activity,
+            }
+        )
+    return pd.DataFrame(rows).set_index("session")
+
+
+def markdown_table(
+    frame: pd.DataFrame, columns: Mapping[str, Callable[[Any], str]]
+) -> str:
+    """A Markdown table (MyST renders its math and roles) of ``frame``'s rows: a column
+    per ``{header: cell(row)}``, ``|`` escaped. Chapter: *Teaching with this book*."""
+
+    def cell(text: Any) -> str:
+        return " ".join(str(text).split()).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    for _, row in frame.iterrows():
+        lines.append("| " + " | ".join(cell(f(row)) for f in columns.values()) + " |")
+    return "\n".join(lines)
