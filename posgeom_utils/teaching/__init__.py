@@ -255,6 +255,48 @@ def chapter_times(results: Path, profiles: Sequence[str] = ("smoke",)) -> pd.Dat
     return frame.reindex(columns=list(profiles)).rename_axis("chapter")
 
 
+def stored_run_seconds(store: Path) -> pd.DataFrame:
+    """Per chapter (rows) of a store laid out as ``<chapter>/<name>/<run>.json``: its
+    ``stored runs``, the ``timed runs`` among them (a run records its training seconds as
+    ``result["seconds"]``, cumulative, training steps only, evaluations excluded) and
+    ``stored training (s)``, the sum of their last entries: the compute the stored runs
+    took, summed over runs whatever ran them in parallel; NaN where none is timed.
+    Chapter: *Teaching with this book*."""
+    rows: dict[str, dict[str, float]] = {}
+    for path in sorted(Path(store).glob("*/*/*.json")):
+        chapter = path.parent.parent.name
+        row = rows.setdefault(chapter, {"stored runs": 0, "timed runs": 0})
+        row["stored runs"] += 1
+        try:
+            seconds = json.loads(path.read_text()).get("result", {}).get("seconds")
+        except (ValueError, AttributeError):  # unreadable, or a result that is no mapping
+            seconds = None
+        last = seconds[-1] if isinstance(seconds, list) and seconds else None
+        if isinstance(last, (int, float)) and math.isfinite(last):
+            row["timed runs"] += 1
+            row["stored training (s)"] = row.get("stored training (s)", 0.0) + float(last)
+    columns = ["stored runs", "timed runs", "stored training (s)"]
+    frame = pd.DataFrame.from_dict(rows, orient="index").reindex(columns=columns)
+    frame[columns[:2]] = frame[columns[:2]].fillna(0).astype(int)
+    return frame.rename_axis("chapter")
+
+
+def reference_times(results: Path, store: Path | None = None) -> pd.DataFrame:
+    """Per chapter (rows) at the ``reference`` profile, two times that differ by what
+    the store saves: ``reference run (s)``, the wall seconds of the committed run (which
+    reads the chapter's memoised runs from the store, where it has any), and ``stored
+    training (s)``, the compute those stored runs took (:func:`stored_run_seconds` of
+    ``store``, default ``results/store``), with the counts of ``stored runs`` and ``timed
+    runs``. Chapter: *Teaching with this book*."""
+    store = Path(results) / "store" if store is None else Path(store)
+    reading = chapter_times(Path(results), ("reference",))["reference"]
+    frame = reading.rename("reference run (s)").to_frame()
+    frame = frame.join(stored_run_seconds(store), how="left")
+    counts = ["stored runs", "timed runs"]
+    frame[counts] = frame[counts].fillna(0).astype(int)
+    return frame.rename_axis("chapter")
+
+
 #: ``{exercise} Title (stars)`` and the ``:label:`` line under it
 _EXERCISE = re.compile(
     r"^(?:`{3,}|:{3,})\{exercise\}\s*(.*?)\s*\n:label:\s*(\S+)", re.MULTILINE
@@ -357,12 +399,19 @@ def _title(path: Path) -> str:
 
 
 def course_plan(
-    notebooks: Path, results: Path, sessions: Sequence[Session] = SESSIONS
+    notebooks: Path,
+    results: Path,
+    sessions: Sequence[Session] = SESSIONS,
+    store: Path | None = None,
 ) -> pd.DataFrame:
     """One row per session (from 1): its chapters, reading minutes before class, ★
-    exercises, the measured ``smoke`` seconds of its runs (notebooks and activity) and
-    the minutes in class. Chapter: *Teaching with this book*."""
+    exercises, the measured ``smoke`` seconds of its runs (notebooks and activity), the
+    minutes in class, and, for its chapters at the ``reference`` profile, the seconds of
+    the committed runs (which read the store) and of the stored runs' training (what
+    computing the store took; :func:`reference_times`), with the counts of stored and
+    timed runs. Chapter: *Teaching with this book*."""
     smoke = chapter_times(Path(results))["smoke"]
+    reference = reference_times(Path(results), store)
     stars = (
         exercises(Path(notebooks)).query("difficulty == 1")["chapter"].value_counts()
     )
@@ -373,6 +422,8 @@ def course_plan(
         n_stars = int(sum(stars.get(c, 0) for c in s.chapters))
         minutes = LECTURE_MINUTES + NOTEBOOK_MINUTES * len(s.chapters)
         minutes += STAR_MINUTES * n_stars + s.activity_minutes + sum(runs) / 60
+        ref = reference.reindex(list(s.chapters))
+        timed = ref["stored training (s)"].dropna()
         rows.append(
             {
                 "session": k,
@@ -382,6 +433,10 @@ def course_plan(
                 "stars": n_stars,
                 "runs (s)": sum(runs),
                 "in class (min)": minutes,
+                "reference run (s)": ref["reference run (s)"].sum(min_count=len(ref)),
+                "stored training (s)": timed.sum() if len(timed) else math.nan,
+                "stored runs": int(ref["stored runs"].fillna(0).sum()),
+                "timed runs": int(ref["timed runs"].fillna(0).sum()),
                 "teaches": s.teaches,
                 "activity": s.activity,
             }
