@@ -46,7 +46,7 @@ def cli_error(capsys, text_file: Path, **options: str) -> str:
     ("--sample-size", "-3", ["--sample-size", "-3"]),
     # the packaged all-MiniLM-L6-v2 has 512 learned positions; the corpus alone would never reach them
     ("--n", "600", ["--n 600", "512", "learned position table"]),
-    ("--min-count", "1000", ["--min-count 1000", "lower min_count"]),  # more than the 60 texts
+    ("--min-count", "1000", ["--min-count 1000", "lower --min-count"]),  # more than the 60 texts: in option words
 ])
 def test_cli_bad_option(capsys, text_file, option, value, words):
     err = cli_error(capsys, text_file, **{option: value})

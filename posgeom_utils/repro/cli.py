@@ -35,9 +35,10 @@ examples:
 
 The geometry is the corpus's Hellinger distances between positions, corrected for
 sampling noise (split-half, the book's default; --geometry plugin for the plug-in
-estimate). Columns: geometry.stress_table's with 95% bootstrap intervals over the texts,
-and the share of triplets |i-j| < |i-k| in which an encoding puts j farther from i than k
-(0 monotone, 0.5 random). A text file gives a text per line; empty lines are skipped.
+estimate). Columns: geometry.stress_table's with 95% bootstrap intervals over the
+texts, and the share of triplets |i-j| < |i-k| in which an encoding puts j farther from
+i than k (0 monotone, 0.5 random). A text file gives a text per line; empty lines are
+skipped.
 """
 RUN_EPILOG = """\
 examples:

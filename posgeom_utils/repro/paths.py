@@ -1,5 +1,6 @@
 """Where ``posgeom`` may write: the check shared by the command line and ``posgeom
-run``, below both (it imports nothing of the package). Chapter: *Reproduction ledger*."""
+run``, below both (it imports nothing of the package). Chapter: *Reproduction
+ledger*."""
 
 from __future__ import annotations
 

@@ -257,8 +257,8 @@ def chapter_times(results: Path, profiles: Sequence[str] = ("smoke",)) -> pd.Dat
 
 def stored_run_seconds(store: Path) -> pd.DataFrame:
     """Per chapter (rows) of a store laid out as ``<chapter>/<name>/<run>.json``: its
-    ``stored runs``, the ``timed runs`` among them (a run records its training seconds as
-    ``result["seconds"]``, cumulative, training steps only, evaluations excluded) and
+    ``stored runs``, the ``timed runs`` among them (a run records its training seconds
+    as ``result["seconds"]``, cumulative, training steps only, evaluations excluded) and
     ``stored training (s)``, the sum of their last entries: the compute the stored runs
     took, summed over runs whatever ran them in parallel; NaN where none is timed.
     Chapter: *Teaching with this book*."""
@@ -269,12 +269,13 @@ def stored_run_seconds(store: Path) -> pd.DataFrame:
         row["stored runs"] += 1
         try:
             seconds = json.loads(path.read_text()).get("result", {}).get("seconds")
-        except (ValueError, AttributeError):  # unreadable, or a result that is no mapping
+        except (ValueError, AttributeError):  # unreadable, or a result not a mapping
             seconds = None
         last = seconds[-1] if isinstance(seconds, list) and seconds else None
         if isinstance(last, (int, float)) and math.isfinite(last):
             row["timed runs"] += 1
-            row["stored training (s)"] = row.get("stored training (s)", 0.0) + float(last)
+            trained = row.get("stored training (s)", 0.0)
+            row["stored training (s)"] = trained + float(last)
     columns = ["stored runs", "timed runs", "stored training (s)"]
     frame = pd.DataFrame.from_dict(rows, orient="index").reindex(columns=columns)
     frame[columns[:2]] = frame[columns[:2]].fillna(0).astype(int)
@@ -286,8 +287,8 @@ def reference_times(results: Path, store: Path | None = None) -> pd.DataFrame:
     the store saves: ``reference run (s)``, the wall seconds of the committed run (which
     reads the chapter's memoised runs from the store, where it has any), and ``stored
     training (s)``, the compute those stored runs took (:func:`stored_run_seconds` of
-    ``store``, default ``results/store``), with the counts of ``stored runs`` and ``timed
-    runs``. Chapter: *Teaching with this book*."""
+    ``store``, default ``results/store``), with the counts of ``stored runs`` and
+    ``timed runs``. Chapter: *Teaching with this book*."""
     store = Path(results) / "store" if store is None else Path(store)
     reading = chapter_times(Path(results), ("reference",))["reference"]
     frame = reading.rename("reference run (s)").to_frame()
