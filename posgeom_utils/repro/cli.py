@@ -43,6 +43,7 @@ skipped.
 RUN_EPILOG = """\
 examples:
   posgeom run --profile smoke
+  posgeom run --profile class --chapters learned_geometry --out runs/class
   posgeom run --profile default --chapters necessity low_rank --out runs/mine
   posgeom run --profile paper --device cuda
   posgeom run --profile paper --cap 2000 --model sentence-transformers/all-MiniLM-L6-v2
@@ -99,8 +100,9 @@ STRESS_OPTIONS = (
     ("--json", "print one JSON object, not the table", {"action": "store_true"}),
 )
 RUN_OPTIONS = (
-    ("--profile", ("smoke (seconds), default (minutes), reference (what the book "
-                   "shows, memoised) or paper (full scale, a GPU)"),
+    ("--profile", ("smoke (seconds, tests), class (each chapter's effects in under "
+                   "10 minutes, 2 CPU cores), default (minutes), reference (what the "
+                   "book shows, memoised) or paper (full scale, a GPU)"),
      {"required": True, "choices": sorted(PROFILES)}),
     ("--chapters", "default: every chapter", {"nargs": "+", "metavar": "CHAPTER"}),
     ("--device", "where models train", {"choices": ("auto", "cpu", "cuda")}),

@@ -1,5 +1,6 @@
 """Named parameter sets overriding the chapters' ``parameters`` cells: ``smoke``
-(seconds), ``default`` (minutes on a laptop), ``reference`` (the cells as they are),
+(seconds, for tests), ``class`` (each chapter's effects within 10 minutes on 2 CPU
+cores), ``default`` (minutes on a laptop), ``reference`` (the cells as they are),
 ``paper`` (a GPU, the paper's model). Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
@@ -101,6 +102,21 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
                              "train_steps": 3000, "batch_size": 128, "lr": 0.001,
                              "encoding_seeds": 5},
     },
+}
+#: in class (``book/course.md``): every chapter within 10 minutes on a 2-core CPU, with
+#: its effects visible (tests/test_class_profile.py); smoke's sizes cannot be reused
+#: under another name: the chapters' ``profile != "smoke"`` checks would run on them
+PROFILES["class"] = {
+    # the other chapters at their default sizes
+    **{chapter: dict(sizes) for chapter, sizes in PROFILES["default"].items()},
+    # the default sizes: "a before b" learned with positions, at chance without
+    "necessity": {"sample_size": 1500, "n_seeds": 5, "train_steps": 200},
+    # wider than default (the table is written by step 200 and the row control stays
+    # in the band), three seeds, evaluated every 25 steps to find the peak
+    "learned_geometry": {"n": 32, "other_n": 24, "vocab_size": 500,
+                         "sample_size": 8000, "eval_size": 500, "d": 64,
+                         "train_steps": 250, "eval_every": 25, "n_seeds": 3,
+                         "encoding_seeds": 2, "ranks": [2]},
 }
 # fmt: on
 
