@@ -17,8 +17,8 @@ configuration uses the cores it says; throughput is corpus tokens per second (to
 tokenizer produces, specials included: what the counter tokenizes). Each timing is the best of
 ``--repeats`` runs. Targets (issue 14): dask-2 >= 1.6x dask-1, and dask-1 within 10% of single.
 
-Memory: each worker's peak RSS (``ru_maxrss``, read inside the count tasks) when a fresh cluster counts a
-quarter of the corpus and when it counts all of it: a streaming worker holds one batch of texts and the
+Memory: each worker's peak RSS (``ru_maxrss``, its lifetime peak, read on each worker after the count) when a
+fresh cluster counts a quarter of the corpus and when it counts all of it: a streaming worker holds one batch of texts and the
 sparse counts, so the peak must not grow with the corpus.
 
 Run from the repo root::
@@ -41,6 +41,7 @@ import platform
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -95,12 +96,23 @@ def timed(fn, repeats: int):
     return best, result
 
 
-def peaks(result) -> dict[int, float]:
-    """Peak RSS (MiB) per worker process, from the shards' statistics."""
-    out: dict[int, float] = {}
-    for s in result.params["shard_stats"]:
-        out[s["pid"]] = max(out.get(s["pid"], 0.0), s["peak_rss_mib"])
-    return out
+def _peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def peaks(client) -> list[float]:
+    """Peak RSS (MiB) of each worker process of ``client``'s cluster, sorted."""
+    return sorted(client.run(_peak_rss_mib).values())
+
+
+def tasks_per_worker(stream, shards: int) -> list[int]:
+    """Shards counted per worker in the last count of a ``get_task_stream`` record: one
+    ``count_for_bag`` task (fused with its partial sum) a shard; a repeated count has the
+    same task keys, and its tasks finish after the earlier ones'."""
+    counted = [r for r in stream.data if "count_for_bag" in str(r["key"])][-shards:]
+    return sorted(Counter(r["worker"] for r in counted).values())
 
 
 def main() -> int:
@@ -117,7 +129,7 @@ def main() -> int:
         parser.error(
             f"set {DATA_ENV} to a folder laid out like shared/data (imdb/train.jsonl.gz missing)"
         )
-    from distributed import Client
+    from distributed import Client, get_task_stream
 
     tokenizer = load_tokenizer()
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,21 +150,18 @@ def main() -> int:
             start = time.perf_counter()
             sharded_marginals(shards[:1], tokenizer, scheduler=client, **options)  # warm-up
             warmup = time.perf_counter() - start
-            seconds, result = timed(
-                lambda: sharded_marginals(shards, tokenizer, scheduler=client, **options),
-                args.repeats,
-            )
+            with get_task_stream(client) as stream:
+                seconds, result = timed(
+                    lambda: sharded_marginals(shards, tokenizer, scheduler=client, **options),
+                    args.repeats,
+                )
             assert same(result, single), "the Dask count differs from the single-process count"
             rows[f"dask-{workers}"] = {
                 "seconds": seconds,
                 "tokens_per_s": tokens / seconds,
                 "startup_s": startup,
                 "warmup_s": warmup,
-                "tasks_per_worker": sorted(
-                    np.unique([s["pid"] for s in result.params["shard_stats"]], return_counts=True)[
-                        1
-                    ].tolist()
-                ),
+                "tasks_per_worker": tasks_per_worker(stream, len(shards)),
             }
             client.close()
             cluster.close()
@@ -163,7 +172,7 @@ def main() -> int:
             result = sharded_marginals(part, tokenizer, scheduler=client, **options)
             memory[label] = {
                 "tokens": tokens_of(result),
-                "peak_rss_mib_per_worker": sorted(peaks(result).values()),
+                "peak_rss_mib_per_worker": peaks(client),
             }
             client.close()
             cluster.close()

@@ -174,17 +174,12 @@ def writable(option: str, value: Any = None, folder: bool = False) -> Path:
     return path
 
 
-class _Help(argparse.RawDescriptionHelpFormatter):
-    """Epilogs as written; every option's default in its help."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text, default = action.help or "", action.default
-        quiet = default is None or default is False or default is argparse.SUPPRESS
-        return text if quiet or "default" in text else f"{text} (default: %(default)s)"
-
-
 def _add_options(p: Any, options: tuple) -> None:
+    """The rows of an option table, each with its default (if any) in its help."""
     for flag, text, keywords in options:
+        default = keywords.get("default")  # 0 is shown, False (a flag) not
+        if default is not None and default is not False and "default" not in text:
+            text = f"{text} (default: %(default)s)"
         p.add_argument(flag, help=text, **keywords)
 
 
@@ -203,7 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (func, options, epilog) in commands.items():
         about = " ".join(func.__doc__.split())  # one line
         kw = {"help": about, "description": about, "epilog": epilog}
-        p = sub.add_parser(name, formatter_class=_Help, **kw)
+        kw["formatter_class"] = (
+            argparse.RawDescriptionHelpFormatter
+        )  # epilogs as written
+        p = sub.add_parser(name, **kw)
         p.set_defaults(func=func)
         _add_options(p, options)
     _add_options(p.add_mutually_exclusive_group(), COUNT_WHERE)  # p: count
@@ -447,13 +445,9 @@ def _stress(args: argparse.Namespace) -> int:
     # a table that cannot be scored is refused before counting
     given = _checked_table(args.encoding, args.n) if args.encoding else None
     corpus, config, counts, marg = _text_counts(args)
-    D, n = _geometry(counts, args.geometry, args.seed), marg.n
+    D, n, support = _geometry(counts, args.geometry, args.seed), marg.n, marg.support
     tables = _tables(args, config, n, given)
-    table, mds, support = (
-        _scores(args, counts, D, tables),
-        classical_mds(D),
-        marg.support,
-    )
+    table, mds = _scores(args, counts, D, tables), classical_mds(D)
     facts = {"model": str(args.model), "mechanism": tables[0], "width": int(tables[3])}
     facts |= {"corpus": f"{corpus.name}/{corpus.split}", "texts": len(corpus)}
     facts |= {"geometry": GEOMETRY_LABELS[args.geometry], "n": n, "n_asked": args.n}
@@ -462,14 +456,10 @@ def _stress(args: argparse.Namespace) -> int:
             f"--n {args.n} asked: positions {n}.. are reached by fewer "
             f"than --min-count {args.min_count} texts and are left out"
         )
-    facts |= {
-        "support": [int(s) for s in support],
-        "effective_rank": mds.effective_rank,
-    }
-    facts["negative_mass"] = mds.negative_mass
-    facts["violation_rate"] = monotonicity_violation_rate(
-        D, input_kind="distances"
-    ).rate
+    facts["support"] = [int(s) for s in support]
+    facts |= {"effective_rank": mds.effective_rank, "negative_mass": mds.negative_mass}
+    violations = monotonicity_violation_rate(D, input_kind="distances")
+    facts["violation_rate"] = violations.rate
     if args.replicates:
         facts["intervals"] = (
             f"95% normal bootstrap over {args.replicates} resamples "
@@ -611,21 +601,14 @@ def _quiet() -> Iterator[None]:
             os.environ.pop(PROGRESS_ENV, None)
 
 
-#: API argument names in a message, as the command's options
-_OPTION_WORDS = {
-    "text_field": "--text-field",
-    "model_name": "--model",
-    "min_count": "--min-count",
-    "sample_size": "--sample-size",
-    "special_tokens": "--policy",
-    "data_dir": "--data-dir",
-    "batch_size": "--batch-size",
-    "split_every": "--split-every",
-    "n": "--n",
-    "workers": "--workers",
-    "align": "--align",
-    "view": "--view",
-}
+#: API argument names in a message, as the command's options: ``--`` and the name with
+#: dashes, but for the two options named otherwise
+_API_NAMES = (
+    "text_field min_count sample_size data_dir batch_size split_every n workers"
+)
+_OPTION_WORDS = {name: "--" + name.replace("_", "-") for name in _API_NAMES.split()}
+_OPTION_WORDS |= {"align": "--align", "view": "--view"}
+_OPTION_WORDS |= {"model_name": "--model", "special_tokens": "--policy"}
 _API_WORD = re.compile(r"(?<![\w-])(" + "|".join(_OPTION_WORDS) + r")(=|\b)")
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace as _Plan
 from typing import Any
 from unittest.mock import patch
 
@@ -72,19 +73,8 @@ class RunSummary:
     def __str__(self) -> str:
         counts = f"{len(self.ran)} ran, {len(self.skipped)} skipped, "
         counts += f"{len(self.failed)} failed in {sum(self.seconds.values()):.1f} s"
-        failed = ", ".join(self.failed)
-        why = f" (failed: {failed}; see <chapter>/failed.json)" if failed else ""
-        return f"{counts}; results in {self.out}{why}"
-
-
-@dataclass
-class _Plan:
-    chapter: str
-    source: Path
-    notebook: Any
-    folder: Path
-    parameters: dict[str, Any]
-    identity: dict[str, Any]
+        why = f" (failed: {', '.join(self.failed)}; see <chapter>/failed.json)"
+        return f"{counts}; results in {self.out}{why if self.failed else ''}"
 
 
 def _declared(nb: Any) -> dict[str, Any]:
@@ -126,26 +116,26 @@ def requested_parameters(
 
 
 def _check_request(profile, cap, executor, workers, scheduler) -> None:
-    """A :class:`RunError` naming the first bad option: the Python API's checks (the
-    command line's argparse choices, the same ones, come first)."""
-
-    def address(value: Any, name: str) -> None:
+    """The Python API's own check of what argparse checks on the command line: a
+    :class:`RunError` naming the first bad option."""
+    option = "--profile"
+    try:
+        checks.choice(profile, option, sorted(PROFILES))
+        option = "--cap"
+        checks.integer(cap, option, fix="pass e.g. --cap 2000", optional=True)
+        option = "--executor"
+        if executor is not None:
+            checks.choice(executor, option, EXECUTORS)
+        option = "--workers"
+        checks.integer(workers, option, fix="pass e.g. --workers 2", optional=True)
+        option, address = (
+            "--scheduler",
+            isinstance(scheduler, str) and scheduler.strip(),
+        )
         example = "a Dask scheduler address such as tcp://127.0.0.1:8786"
-        checks.require(isinstance(value, str) and value.strip(), name, example, value)
-
-    given = (  # (option, value, check, its arguments): None passes but for --profile
-        ("--profile", profile, checks.choice, sorted(PROFILES)),
-        ("--cap", cap, checks.integer, 1, None, "pass e.g. --cap 2000"),
-        ("--executor", executor, checks.choice, EXECUTORS),
-        ("--workers", workers, checks.integer, 1, None, "pass e.g. --workers 2"),
-        ("--scheduler", scheduler, address),
-    )
-    for option, value, check, *args in given:
-        try:
-            if value is not None or option == "--profile":
-                check(value, option, *args)
-        except ValueError as exc:
-            raise RunError(option, str(exc)) from None
+        checks.require(scheduler is None or address, option, example, scheduler)
+    except ValueError as exc:
+        raise RunError(option, str(exc)) from None
     for option, value in (("--workers", workers), ("--scheduler", scheduler)):
         if value is not None and executor != "dask":
             dask = "is used only by the Dask executor: add --executor dask"
@@ -243,7 +233,7 @@ def _machine(where: str, cap: int | None, execution: dict) -> dict[str, Any]:
     return common | {"hostname": socket.gethostname(), "platform": platform.platform()}
 
 
-def _plan(chapter: str, source_dir: Path, out: Path, options: dict[str, Any]) -> _Plan:
+def _plan(chapter: str, source_dir: Path, out: Path, options: dict) -> _Plan:
     """What to run for ``chapter``: its notebook, parameters and identity."""
     import jupytext
 
@@ -255,11 +245,17 @@ def _plan(chapter: str, source_dir: Path, out: Path, options: dict[str, Any]) ->
         fix = f"fix {source} or leave the chapter out"
         message = f"{chapter}: its parameters cell is not valid Python ({exc}); {fix}"
         raise RunError("--chapters", message) from exc
-    profile = options["profile"]
     params = requested_parameters(chapter, declared=declared, **options)
     params = json.loads(json.dumps(params, default=str))
-    identity = dict(zip(SKIP_KEYS, (profile, params, __version__, code_hash(source))))
-    return _Plan(chapter, source, nb, out / chapter, params, identity)
+    identity = (options["profile"], params, __version__, code_hash(source))
+    return _Plan(
+        chapter=chapter,
+        source=source,
+        notebook=nb,
+        folder=out / chapter,
+        parameters=params,
+        identity=dict(zip(SKIP_KEYS, identity)),
+    )
 
 
 def run_chapters(
@@ -299,44 +295,25 @@ def run_chapters(
     log(f"{head}{extra} -> {out}")
     summary = RunSummary(out)
     for k, plan in enumerate(plans, 1):
+        previous = (read_run(out, plan.chapter) or {}).get("provenance", {})
+        if not force and all(previous.get(x) == plan.identity[x] for x in SKIP_KEYS):
+            summary.skipped.append(plan.chapter)
+            summary.seconds[plan.chapter] = 0.0
+            log(f"[{k}/{len(plans)}] {plan.chapter}: skipped (current)")
+            continue
         try:
-            outcome = _chapter(plan, force, common, summary)
+            ok, seconds, message = _run_one(plan, force, common)
         except KeyboardInterrupt:
             stop = f"{plan.chapter}: interrupted ({plan.folder}/interrupted.json)"
             log(f"{stop}; rerun the same command to resume")
             raise
-        log(f"[{k}/{len(plans)}] {plan.chapter}: {outcome}")
+        summary.seconds[plan.chapter] = seconds
+        (summary.ran if ok else summary.failed).append(plan.chapter)
+        done = f"ran in {seconds:.1f} s" + (f" ({message})" if message else "")
+        why = f"FAILED after {seconds:.1f} s: {message} (see {plan.folder}/failed.json)"
+        log(f"[{k}/{len(plans)}] {plan.chapter}: {done if ok else why}")
     log(f"posgeom run: {summary}")
     return summary
-
-
-def _chapter(plan: _Plan, force: bool, common: dict, summary: RunSummary) -> str:
-    """Skip ``plan``'s chapter if current (and not ``force``), else run it; the outcome,
-    into ``summary`` and in words."""
-    previous = (read_run(summary.out, plan.chapter) or {}).get("provenance", {})
-    if not force and all(previous.get(x) == plan.identity[x] for x in SKIP_KEYS):
-        summary.skipped.append(plan.chapter)
-        summary.seconds[plan.chapter] = 0.0
-        return "skipped (current)"
-    ok, seconds, message = _run_one(plan, force, common)
-    summary.seconds[plan.chapter] = seconds
-    (summary.ran if ok else summary.failed).append(plan.chapter)
-    if ok:
-        return f"ran in {seconds:.1f} s" + (f" ({message})" if message else "")
-    return f"FAILED after {seconds:.1f} s: {message} (see {plan.folder}/failed.json)"
-
-
-def _resume(plan: _Plan, force: bool) -> list[float]:
-    """Keep the checkpoints of an earlier attempt of this very run (same identity, no
-    ``force``), else start them afresh; the wall seconds of the earlier attempts."""
-    checkpoints = plan.folder / "checkpoints"
-    if force or read_json(checkpoints / "run.json") != plan.identity:
-        shutil.rmtree(checkpoints, ignore_errors=True)
-    checkpoints.mkdir(parents=True, exist_ok=True)
-    write_json(checkpoints / "run.json", plan.identity)
-    earlier = (read_json(checkpoints / "segments.json") or {}).get("segments")
-    valid = isinstance(earlier, list) and all(type(s) in (int, float) for s in earlier)
-    return earlier if valid else []
 
 
 def _logged_kernel(path: Path) -> type:
@@ -382,29 +359,42 @@ def _now() -> str:
 
 
 def _run_one(plan: _Plan, force: bool, common: dict) -> tuple[bool, float, str]:
-    """Run one chapter, write ``results.json`` (``failed.json``, ``interrupted.json``);
-    (succeeded, this attempt's wall seconds, the error or the resumed total in one
-    line). The wall time of a run is summed over its attempts (``segments``)."""
+    """Run one chapter into ``results.json`` (``failed.json``, ``interrupted.json``):
+    (succeeded, this attempt's wall seconds, the error or resumed total). An attempt of
+    this very run (same identity, no ``force``) resumes; wall time sums ``segments``."""
     from papermill.exceptions import PapermillExecutionError
 
     folder, partial = plan.folder, plan.folder / "results.partial.json"
+    checkpoints, t0, earlier = folder / "checkpoints", time.perf_counter(), []
+    execution, notebook = common["execution"], str(folder / f"{plan.chapter}.ipynb")
+    attempt = {"chapter": plan.chapter, "started": _now(), "execution": execution}
+    attempt |= {"requested_parameters": plan.parameters, "notebook": notebook}
+
+    def stopped(name: str, record: dict) -> dict:  # its time for the next attempt
+        spent = [*earlier, round(time.perf_counter() - t0, 3)]
+        record |= {"wall_seconds": spent[-1], "segments": spent}
+        write_json(folder / name, record)
+        with contextlib.suppress(OSError):  # then the next attempt counts from zero
+            write_json(checkpoints / "segments.json", {"segments": spent})
+        return record
+
     folder.mkdir(parents=True, exist_ok=True)
     partial.unlink(missing_ok=True)
-    started, t0, earlier = _now(), time.perf_counter(), []
-    execution = common["execution"]
-    attempt = {"chapter": plan.chapter, "started": started, "execution": execution}
-    attempt["requested_parameters"] = plan.parameters
-    attempt["notebook"] = str(folder / f"{plan.chapter}.ipynb")
-
-    def segments() -> list[float]:  # the attempts of this very run, this one last
-        return [*earlier, round(time.perf_counter() - t0, 3)]
-
     try:
-        earlier = _resume(plan, force)
+        if force or read_json(checkpoints / "run.json") != plan.identity:
+            shutil.rmtree(checkpoints, ignore_errors=True)
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        write_json(checkpoints / "run.json", plan.identity)
+        earlier = (read_json(checkpoints / "segments.json") or {}).get("segments")
+        valid = isinstance(earlier, list) and all(
+            type(s) in (int, float) for s in earlier
+        )
+        earlier = earlier if valid else []
         payload = _execute(plan, common, partial)
-        spent = segments()
-        provenance = {**plan.identity, **common, "started": started, "finished": _now()}
-        provenance |= {"wall_seconds": round(sum(spent), 3), "segments": spent}
+        spent = [*earlier, round(time.perf_counter() - t0, 3)]
+        provenance = {**plan.identity, **common, "started": attempt["started"]}
+        provenance |= {"finished": _now(), "wall_seconds": round(sum(spent), 3)}
+        provenance["segments"] = spent
         results = {k: payload.get(k, {}) for k in ("parameters", "results")}
         record = {"chapter": plan.chapter, "provenance": provenance, **results}
         write_json(folder / "results.json", record)
@@ -414,7 +404,7 @@ def _run_one(plan: _Plan, force: bool, common: dict) -> tuple[bool, float, str]:
         return True, spent[-1], total if earlier else ""
     except KeyboardInterrupt:  # recorded; the checkpoints stay for the rerun
         resume = "rerun the same command: training resumes from checkpoints/"
-        _stopped(folder, "interrupted.json", attempt | {"resume": resume}, segments())
+        stopped("interrupted.json", attempt | {"resume": resume})
         raise
     except Exception as exc:  # noqa: BLE001 - recorded; the other chapters still run
         lines = "".join(traceback.format_exception(exc)).splitlines()
@@ -423,19 +413,8 @@ def _run_one(plan: _Plan, force: bool, common: dict) -> tuple[bool, float, str]:
             lines = _ANSI.sub("", "\n".join(exc.traceback)).splitlines()
             error = {"error": exc.ename, "message": str(exc.evalue)}
             error["cell_index"] = exc.cell_index
-        record = attempt | error | {"traceback": lines[-20:]}
-        record = _stopped(folder, "failed.json", record, segments())
+        record = stopped("failed.json", attempt | error | {"traceback": lines[-20:]})
         message = " ".join(record["message"].split())[:200]
         return False, record["wall_seconds"], f"{record['error']}: {message}"
     finally:
         partial.unlink(missing_ok=True)
-
-
-def _stopped(folder: Path, name: str, record: dict, spent: list[float]) -> dict:
-    """Write an attempt that stopped to ``folder/name``, its time for the next attempt
-    of this very run (``checkpoints/segments.json``); the record."""
-    record |= {"wall_seconds": spent[-1], "segments": spent}
-    write_json(folder / name, record)
-    with contextlib.suppress(OSError):  # then the next attempt counts from zero
-        write_json(folder / "checkpoints" / "segments.json", {"segments": spent})
-    return record

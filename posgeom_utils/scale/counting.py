@@ -9,7 +9,6 @@ import functools
 import itertools
 import json
 import os
-import resource
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -211,8 +210,8 @@ def _report(texts: int) -> None:
 def _count_shard(
     shard: Shard, tokenizer: Any, options: dict, on_progress: Callable = _report
 ) -> PositionalMarginals:
-    """Count one shard, or raise :class:`ShardError` naming it; its texts, tokens,
-    seconds and peak memory go to ``params["shard_stats"]``."""
+    """Count one shard, or raise :class:`ShardError` naming it; its texts, tokens and
+    seconds go to ``params["shard_stats"]``."""
     options = dict(options)
     batch_size = options.pop("batch_size")
     start, stats = time.perf_counter(), {"shard": shard.name, "texts": 0}
@@ -232,8 +231,6 @@ def _count_shard(
     lengths = np.arange(result.length_hist.size)
     stats["tokens"] = int(lengths @ result.length_hist)  # specials included
     stats["seconds"] = time.perf_counter() - start
-    stats["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    stats["pid"] = os.getpid()
     result.params["shard_stats"] = [stats]
     return result
 
