@@ -16,8 +16,9 @@ Chapter: *Teaching with this book*. From each chapter source (``notebooks/<chapt
   code block (read, not run: the chapter imports the function from the package); a figure's caption is
   a markdown cell under the cell that draws it; a first cell says where the prose's numbers come from
   and defines the book's LaTeX macros (``\\dH``, ``\\stress``, ...) for Jupyter's MathJax;
-- outputs are cleared, and the parameters cell is set to the ``smoke`` profile (small sizes: a chapter runs
-  top to bottom in class in seconds to a minute), with a comment saying how to get the book's scale back.
+- outputs are cleared, and the parameters cell is set to the ``class`` profile (sizes at which a chapter
+  runs top to bottom in class within ten minutes on two CPU cores and shows its effect), with a comment
+  saying how to get the book's scale back.
 
 The notebooks need the package and the data like the book does (``pip install -e .``, ``POSGEOM_DATA_DIR``).
 """
@@ -68,15 +69,17 @@ COERCE = {**dict.fromkeys("bcdoxX", int), **dict.fromkeys("eEfFgGn%", float), "s
 LABELLED = re.compile(
     r"^[`:]{3,}\{(prf:\w+|exercise)\}[ \t]*(.*)\n(?:[ \t]*:[\w-]+:.*\n)*?[ \t]*:label:[ \t]*(\S+)", re.M
 )
+#: the profile a student notebook runs (posgeom_utils.repro.profiles)
+PROFILE = "class"
 #: the comment on top of a student's parameters cell
 NOTE = (
-    "# Student edition: the smoke profile (small sizes, a run in class takes seconds). For the book's\n"
-    '# scale set profile = "default" and restore the values of notebooks/<chapter>.md.\n'
+    "# Student edition: the class profile (a run in class takes minutes and shows the chapter's\n"
+    '# effect). For the book\'s scale set profile = "reference" and restore notebooks/<chapter>.md.\n'
 )
 #: the first cell of a student notebook: where the numbers of the prose come from
 PREAMBLE = (
     "*Student edition. The numbers quoted in the text are the book's reference results; this notebook "
-    "runs the small `smoke` profile, so the numbers its cells print differ.*"
+    "runs the smaller `class` profile, so the numbers its cells print differ.*"
 )
 #: cell tags that only shape the rendered book
 BOOK_TAGS = set(
@@ -109,7 +112,7 @@ def reference_results(chapter: str, folder: Path = REFERENCE) -> dict:
     line = (
         f"the book's reference results (profile {prov.get('profile', 'reference')}, commit "
         f"{str(prov.get('commit') or 'unknown')[:7]}, {str(prov.get('finished', ''))[:10]}), not "
-        "this notebook's smoke run"
+        "this notebook's class run"
     )
     return {"provenance": line, **payload["results"]}
 
@@ -380,7 +383,7 @@ def macros(config: Path = ROOT / "_config.yml") -> str:
     return f"${' '.join(definitions)}$" if definitions else ""
 
 
-def smoke_parameters(source: str, overrides: dict) -> str:
+def class_parameters(source: str, overrides: dict) -> str:
     """The parameters cell ``source`` with each overridden name's value replaced (its comment kept).
     Chapter: *Teaching with this book*."""
     for name, value in overrides.items():
@@ -397,7 +400,7 @@ def smoke_parameters(source: str, overrides: dict) -> str:
 def student_notebook(chapter: str, source_dir: Path = SOURCES) -> nbformat.NotebookNode:
     """The student edition of ``chapter`` (see the module docstring). Chapter: *Teaching with this book*."""
     nb = jupytext.read(source_dir / f"{chapter}.md")
-    overrides = chapter_parameters(chapter, "smoke")
+    overrides = chapter_parameters(chapter, PROFILE)
     page = Page(chapter, reference_results(chapter), source_dir)
     figures = 0
     cells = [nbformat.v4.new_markdown_cell("\n\n".join(filter(None, [PREAMBLE, macros()])))]
@@ -409,7 +412,7 @@ def student_notebook(chapter: str, source_dir: Path = SOURCES) -> nbformat.Noteb
                 continue
         elif cell.cell_type == "code":
             if "parameters" in tags:
-                cell.source = smoke_parameters(cell.source, overrides)
+                cell.source = class_parameters(cell.source, overrides)
             cell.outputs, cell.execution_count = [], None
         kept = [t for t in tags if t not in BOOK_TAGS]
         if kept:
@@ -423,7 +426,7 @@ def student_notebook(chapter: str, source_dir: Path = SOURCES) -> nbformat.Noteb
             cells.append(nbformat.v4.new_markdown_cell(f"**Figure {figures}.** {caption}".rstrip()))
     nb.cells = cells
     nb.metadata.pop("jupytext", None)
-    nb.metadata["posgeom"] = {"edition": "student", "chapter": chapter, "profile": "smoke"}
+    nb.metadata["posgeom"] = {"edition": "student", "chapter": chapter, "profile": PROFILE}
     return nb
 
 

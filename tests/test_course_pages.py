@@ -76,7 +76,7 @@ def test_course_plan_has_the_sessions_the_page_names_each_within_the_limit(plan)
     assert NUMBER_WORDS[heading.group(1)] == len(plan), "the heading and course_plan disagree"
     assert "{glue:text}`course_sessions`" in source  # the prose quotes the computed count
     minutes = plan["in class (min)"]
-    assert minutes.notna().all(), "a chapter of the plan has no measured smoke time"
+    assert minutes.notna().all(), "a chapter of the plan has no measured class time"
     assert (minutes <= teaching.SESSION_LIMIT).all(), minutes.to_dict()
     assert teaching.SESSION_LIMIT <= 90
     assert sorted(c for chapters in plan["chapters"] for c in chapters) == CHAPTERS  # each chapter once
@@ -91,7 +91,7 @@ def test_central_chapter_has_its_own_session_and_a_control_to_rerun(plan) -> Non
     assert block and teaching.CONTROL_RUN in block.group(1), "the page shows the activity's command"
     keys = re.findall(r'results\["(\w+)"\]', block.group(1))
     assert keys, "the activity reads numbers from results.json"
-    for profile in ("smoke", "reference"):  # the page quotes both
+    for profile in ("class", "reference"):  # the page quotes both
         path = BOOK / "results" / profile / "learned_geometry" / "results.json"
         missing = set(keys) - set(json.loads(path.read_text())["results"])
         assert not missing, f"the {profile} results lack {missing}"

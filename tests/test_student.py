@@ -1,6 +1,6 @@
 """The student edition (``make student``, ``scripts/make_student.py``) of *Teaching with this book*, checked
 by structure, nothing executed: no worked solution reaches a student, every exercise and its cell stay, the
-parameters are the smoke profile's, outputs are cleared and each notebook is valid nbformat; no MyST markup
+parameters are the class profile's, outputs are cleared and each notebook is valid nbformat; no MyST markup
 is left in the prose, glued values are the reference results' numbers (formatted by myst-nb's own
 formatter) and every ``{literalinclude}`` is the source it includes."""
 
@@ -100,7 +100,7 @@ def test_no_solution_reaches_a_student(student: dict, chapter: str) -> None:
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_exercises_stay_and_parameters_are_smoke(student: dict, chapter: str) -> None:
+def test_exercises_stay_and_parameters_are_class(student: dict, chapter: str) -> None:
     notebook, source = student[chapter], jupytext.read(ROOT / "notebooks" / f"{chapter}.md")
     nbformat.validate(notebook)
     assert tagged(notebook, "exercise") == tagged(source, "exercise") != []
@@ -110,14 +110,15 @@ def test_exercises_stay_and_parameters_are_smoke(student: dict, chapter: str) ->
     assert markdown.count("**Exercise (") == exercises >= 3 and "{glue" not in markdown
     (parameters,) = tagged(notebook, "parameters")
     assert parameters.startswith(make_student.NOTE)
-    for name, value in chapter_parameters(chapter, "smoke").items():
+    assert make_student.PROFILE == "class"  # sized to show each chapter's effect in class
+    for name, value in chapter_parameters(chapter, "class").items():
         assert re.search(rf"^{name} = {re.escape(repr(value))}(\s+#|$)", parameters, re.M), name
     code = [c for c in notebook.cells if c.cell_type == "code"]
     assert all(c.outputs == [] and c.execution_count is None for c in code)
     assert notebook.metadata["posgeom"] == {
         "edition": "student",
         "chapter": chapter,
-        "profile": "smoke",
+        "profile": "class",
     }
 
 

@@ -188,7 +188,7 @@ def test_solution_statements(names: dict) -> None:
 def test_course_inputs(tmp_path: Path) -> None:
     """*Teaching with this book*: times from results files; exercises with their difficulty."""
     for profile, chapter, seconds in [
-        ("smoke", "a", 1.5),
+        ("class", "a", 1.5),
         ("default", "a", 30.0),
         ("default", "b", 12),
     ]:
@@ -196,10 +196,10 @@ def test_course_inputs(tmp_path: Path) -> None:
         (tmp_path / profile / chapter / "results.json").write_text(
             json.dumps({"provenance": {"wall_seconds": seconds}})
         )
-    times = teaching.chapter_times(tmp_path, ("smoke", "default"))
+    times = teaching.chapter_times(tmp_path, ("class", "default"))
     assert times.loc["a"].tolist() == [1.5, 30.0] and times.loc["b", "default"] == 12.0
-    assert teaching.chapter_times(tmp_path).columns.tolist() == ["smoke"]  # what the course page shows
-    assert math.isnan(times.loc["b", "smoke"])
+    assert teaching.chapter_times(tmp_path).columns.tolist() == ["class"]  # what the course page shows
+    assert math.isnan(times.loc["b", "class"])
     (tmp_path / "ch.md").write_text(
         "````{exercise} Easy one (★)\n:label: ex-ch-easy\n\nText\n````\n\n"
         "````{exercise} Hard one (★★★)\n:label: ex-ch-hard\n\nText\n````\n\n"

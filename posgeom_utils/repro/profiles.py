@@ -107,10 +107,9 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
 #: its effects visible (tests/test_class_profile.py); smoke's sizes cannot be reused
 #: under another name: the chapters' ``profile != "smoke"`` checks would run on them
 PROFILES["class"] = {
-    # the other chapters at their default sizes
+    # the other chapters at their default sizes (necessity's: "a before b" is learned
+    # with positions, at chance without)
     **{chapter: dict(sizes) for chapter, sizes in PROFILES["default"].items()},
-    # the default sizes: "a before b" learned with positions, at chance without
-    "necessity": {"sample_size": 1500, "n_seeds": 5, "train_steps": 200},
     # wider than default (the table is written by step 200 and the row control stays
     # in the band), three seeds, evaluated every 25 steps to find the peak
     "learned_geometry": {"n": 32, "other_n": 24, "vocab_size": 500,

@@ -242,7 +242,7 @@ def check_cka_change(halves: Sequence[np.ndarray]) -> np.ndarray:
     return 1 + np.array([int(np.argmin(c)) for c in changes])
 
 
-def chapter_times(results: Path, profiles: Sequence[str] = ("smoke",)) -> pd.DataFrame:
+def chapter_times(results: Path, profiles: Sequence[str] = ("class",)) -> pd.DataFrame:
     """Wall seconds of each chapter (rows) per profile (columns) in the committed
     results; NaN where a profile has none. Chapter: *Teaching with this book*."""
     times: dict[str, dict[str, float]] = {}
@@ -334,7 +334,7 @@ def prose_words(source: Path) -> int:
 class Session:
     """One class of the course: the chapters read before it, what it teaches (MyST
     Markdown, math allowed), an extra in-class activity, its minutes and the chapters it
-    reruns at ``smoke``. Chapter: *Teaching with this book*."""
+    reruns at ``class``. Chapter: *Teaching with this book*."""
 
     chapters: tuple[str, ...]
     teaches: str
@@ -344,12 +344,13 @@ class Session:
 
 
 #: minutes of a class: the theorem and its proof, each chapter's student notebook run at
-#: ``smoke`` and discussed (plus its measured run), each ★ exercise; reading speed
+#: ``class`` and discussed (plus its measured run), each ★ exercise; reading speed
 LECTURE_MINUTES, NOTEBOOK_MINUTES, STAR_MINUTES, WORDS_PER_MINUTE = 30, 10, 10, 200
 #: the longest class the plan allows, in minutes
 SESSION_LIMIT = 90
-#: the command of the central chapter's activity, and where it writes
-CONTROL_RUN = "posgeom run --profile smoke --chapters learned_geometry --out runs/class"
+#: the command that reruns the central chapter and its controls at ``class``, and where
+#: it writes (the chapter's exercise *Rerun the control and read its number*)
+CONTROL_RUN = "posgeom run --profile class --chapters learned_geometry --out runs/class"
 
 #: the course: every chapter once, in the order of the book (the appendix on the paper's
 #: stresses with the chapter it is the appendix of)
@@ -386,9 +387,10 @@ SESSIONS = (
         ("learned_geometry",),
         "the central experiment: a table trained from scratch against the corpus's "
         "geometry, the predictions written before the runs, the controls; the ledger",
-        activity=f"rerun a control from the command line: `{CONTROL_RUN}`",
+        activity="run the chapter and its controls from the command line "
+        f"(`{CONTROL_RUN}`, the notebook's run), read the row-shuffled control against "
+        "the band of random tables and judge prediction 4",
         activity_minutes=15,
-        activity_runs=("learned_geometry",),
     ),
 )
 
@@ -406,12 +408,12 @@ def course_plan(
     store: Path | None = None,
 ) -> pd.DataFrame:
     """One row per session (from 1): its chapters, reading minutes before class, ★
-    exercises, the measured ``smoke`` seconds of its runs (notebooks and activity), the
+    exercises, the measured ``class`` seconds of its runs (notebooks and activity), the
     minutes in class, and, for its chapters at the ``reference`` profile, the seconds of
     the committed runs (which read the store) and of the stored runs' training (what
     computing the store took; :func:`reference_times`), with the counts of stored and
     timed runs. Chapter: *Teaching with this book*."""
-    smoke = chapter_times(Path(results))["smoke"]
+    measured = chapter_times(Path(results))["class"]
     reference = reference_times(Path(results), store)
     stars = (
         exercises(Path(notebooks)).query("difficulty == 1")["chapter"].value_counts()
@@ -419,7 +421,7 @@ def course_plan(
     rows = []
     for k, s in enumerate(sessions, 1):
         words = sum(prose_words(Path(notebooks) / f"{c}.md") for c in s.chapters)
-        runs = [smoke.get(c, math.nan) for c in (*s.chapters, *s.activity_runs)]
+        runs = [measured.get(c, math.nan) for c in (*s.chapters, *s.activity_runs)]
         n_stars = int(sum(stars.get(c, 0) for c in s.chapters))
         minutes = LECTURE_MINUTES + NOTEBOOK_MINUTES * len(s.chapters)
         minutes += STAR_MINUTES * n_stars + s.activity_minutes + sum(runs) / 60
