@@ -21,6 +21,8 @@ override POSGEOM_CACHE_DIR := $(call posgeom_abspath,$(strip $(POSGEOM_CACHE_DIR
 endif
 export POSGEOM_DATA_DIR POSGEOM_CACHE_DIR
 PYTEST_ARGS ?=
+# the suite on both cores (pytest-xdist); each test file stays on one worker, so a notebook's cells run in order
+TEST_WORKERS ?= 2
 
 .PHONY: env book test references student pdf bench clean
 
@@ -37,7 +39,7 @@ book: env
 	PY=$(PY) bash scripts/build_book.sh
 
 test: book
-	POSGEOM_PROGRESS=0 POSGEOM_REQUIRE_BOOK=1 $(PY) -m pytest tests --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
+	POSGEOM_PROGRESS=0 POSGEOM_REQUIRE_BOOK=1 $(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadfile --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
 
 # re-execute every chapter with the smoke profile into tests/notebooks/*.ipynb (the nbval references)
 references: env
