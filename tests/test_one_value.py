@@ -78,8 +78,7 @@ def conflicting_intervals(by_chapter: Mapping[str, Mapping[str, Any]]) -> list[s
 
 
 #: estimates that two chapters glue with intervals of their own, each from its own bootstrap of the same
-#: corpus (so the bounds differ in the last digits, and low_rank's percentile bound of a negative mass dips
-#: below 0 where mds_optimality's does not): {(chapter, key) pairs: why it stands}. One glue per quantity
+#: corpus (so the bounds differ in the last digits): {(chapter, key) pairs: why it stands}. One glue per quantity
 #: needs a code-cell change in one chapter and its reference rerun; until then a page may show the interval
 #: of one of the two keys only (test_a_known_duplicate_shows_one_interval).
 KNOWN = {
@@ -87,10 +86,6 @@ KNOWN = {
         "top-3 share of B, SST-2: bootstraps of low_rank (shown) and mds_optimality (not shown)",
     frozenset({("low_rank", "imdb_share_3"), ("mds_optimality", "imdb_top3_mass")}):
         "top-3 share of B, IMDB: bootstraps of low_rank (shown) and mds_optimality (not shown)",
-    frozenset({("low_rank", "sst2_corrected_negative"), ("mds_optimality", "sst2_corr_negative")}):
-        "negative mass of the corrected B, SST-2: mds_optimality shows its interval, low_rank the estimate only",
-    frozenset({("low_rank", "imdb_corrected_negative"), ("mds_optimality", "imdb_corr_negative")}):
-        "negative mass of the corrected B, IMDB: mds_optimality shows its interval, low_rank the estimate only",
 }
 
 
