@@ -45,7 +45,7 @@ test: book
 references: env
 	POSGEOM_PROGRESS=0 $(PY) scripts/make_references.py
 
-# the student edition: student/<chapter>.ipynb, solutions removed, outputs cleared, smoke profile
+# the student edition: student/<chapter>.ipynb, solutions removed, outputs cleared, class profile
 student: env
 	$(PY) scripts/make_student.py
 

@@ -194,7 +194,12 @@ def test_the_ledger_rows_of_the_chapter_can_go_either_way() -> None:
     assert verdict_with(thesis, final_real_low=0.05) == REPRODUCED
     # the early peak was not among the predictions written before the runs: it cannot rescue the row
     assert verdict_with(thesis, final_real_low=-0.05, peak_real_low=0.5, peak_row_high=0.2) == DIFFERS
-    assert verdict_with("thesis-positional-sufficiency", final_column_low=0.1) == REPRODUCED
-    assert verdict_with("thesis-positional-sufficiency", final_column_low=-0.1) == DIFFERS
+    sufficiency = "thesis-positional-sufficiency"  # against both null bands and the row control, not 0
+    assert verdict_with(sufficiency, final_column_low=0.5, band=0.16, band_trained=0.18,
+                        final_row_high=0.06) == REPRODUCED
+    assert verdict_with(sufficiency, final_column_low=0.1, band=0.16, band_trained=0.18,
+                        final_row_high=0.06) == DIFFERS  # above 0, inside the band
+    assert verdict_with(sufficiency, final_column_low=0.5, band=0.16, band_trained=0.18,
+                        final_row_high=0.6) == DIFFERS  # not above the row control
     assert verdict_with("mds-inside-model", loss_mds=3.0, loss_learned_high=3.5) == DIFFERENT_DEFINITION
     assert verdict_with("mds-inside-model", loss_mds=4.0, loss_learned_high=3.5) == DIFFERS
