@@ -20,7 +20,8 @@ ifneq ($(strip $(POSGEOM_CACHE_DIR)),)
 override POSGEOM_CACHE_DIR := $(call posgeom_abspath,$(strip $(POSGEOM_CACHE_DIR)))
 endif
 export POSGEOM_DATA_DIR POSGEOM_CACHE_DIR
-PYTEST_ARGS ?=
+# the slowest tests are printed at the end of every run (what #45 measures); PYTEST_ARGS= turns it off
+PYTEST_ARGS ?= --durations=15
 # the suite on both cores (pytest-xdist); each test file stays on one worker, so a notebook's cells run in order
 TEST_WORKERS ?= 2
 
