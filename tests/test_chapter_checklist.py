@@ -50,17 +50,7 @@ NO_LEDGER_ROW = {
     "positions_in_real_text": "judges no claim of the paper's ledger",
 }
 #: memoised sweeps whose reference runs are not committed yet, {(chapter, sweep): why}
-STORE_PENDING = {
-    # ee3944c made these build-time bootstraps memoised without committing their runs
-    # (the rerun of the three chapters is #45, docs/performance.md): until it lands the
-    # reference build of these chapters stops with StaleStoreError
-    ("layerwise", "zeroed-positions"): "memoised since ee3944c, runs not committed",
-    ("low_rank", "plug-in-spectrum"): "memoised since ee3944c, runs not committed",
-    ("low_rank", "random-halves"): "memoised since ee3944c, runs not committed",
-    ("positions_in_real_text", "resampled-distances"): (
-        "memoised since ee3944c, runs not committed"
-    ),
-}
+STORE_PENDING: dict[tuple[str, str], str] = {}
 #: a code cell of a MyST chapter: its fence, options and code
 CELL = re.compile(
     r"^(`{3,})\{code-cell\}[^\n]*\n(.*?)^\1[ \t]*$", re.MULTILINE | re.DOTALL
