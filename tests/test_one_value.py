@@ -54,6 +54,11 @@ def is_estimate(key: str, value: Any) -> bool:
     return len(digits) > 4
 
 
+def same(value: float) -> float:
+    """``value`` to 12 significant digits: two reruns of one estimate differ by rounding noise (1e-16)."""
+    return float(f"{value:.12g}")
+
+
 def conflicts(by_chapter: Mapping[str, Mapping[str, Any]]) -> dict[frozenset[tuple[str, str]], list[str]]:
     """``{the (chapter, key) pairs of one estimate: what differs}`` for every estimate glued under two keys
     (in any chapters) whose ``_hw``, ``_low`` or ``_high`` differ."""
@@ -61,12 +66,12 @@ def conflicts(by_chapter: Mapping[str, Mapping[str, Any]]) -> dict[frozenset[tup
     for chapter, results in by_chapter.items():
         for key, value in results.items():
             if is_estimate(key, value) and any(key + s in results for s in INTERVAL_SUFFIXES):
-                holders[value].append((chapter, key))
+                holders[same(value)].append((chapter, key))  # one estimate, to rounding noise
     found: dict[frozenset[tuple[str, str]], list[str]] = {}
     for value, keys in holders.items():
         for suffix in INTERVAL_SUFFIXES:
             shown = {(c, k): by_chapter[c][k + suffix] for c, k in keys if k + suffix in by_chapter[c]}
-            if len(set(shown.values())) > 1:
+            if len({same(v) for v in shown.values()}) > 1:
                 text = ", ".join(f"{c}:{k}{suffix} = {v!r}" for (c, k), v in shown.items())
                 found.setdefault(frozenset(keys), []).append(f"{value!r}: {text}")
     return found
@@ -95,6 +100,8 @@ def test_planted_duplicate_estimate_with_two_half_widths_is_caught() -> None:
     assert len(conflicting_intervals(planted)) == 1
     across = {"a": {"x": value, "x_hw": 0.0059}, "b": {"y": value, "y_hw": 0.0165}}  # across chapters too
     assert len(conflicting_intervals(across)) == 1
+    noisy = {"a": {"x": value, "x_hw": 0.0059}, "b": {"y": value + 1e-16, "y_hw": 0.0165}}  # rerun noise
+    assert len(conflicting_intervals(noisy)) == 1
     bounds = {"a": {"x": value, "x_low": 0.86, "y": value, "y_low": 0.85}}
     assert len(conflicting_intervals(bounds)) == 1
     # the same interval twice, integers, round numbers and keys without an interval are no conflict
