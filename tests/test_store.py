@@ -87,3 +87,38 @@ def test_a_narrower_code_key_and_the_configuration(tmp_path, toy, monkeypatch):
         memoised_sweep(double, runs, code="modules-2", **options)
     with pytest.raises(StaleStoreError, match="1 of the 1"):
         memoised_sweep(double, [{"name": "a1", "a": 3}], code="modules-1", **options)
+
+
+def test_a_readers_own_parameters_compute_and_never_touch_the_store(tmp_path, toy, monkeypatch):
+    """papermill ``-p`` at the reference profile (the README's example): the runs are the reader's, not
+    the book's, so they are computed, not refused, and nothing is written to the committed store."""
+    from posgeom_utils.repro.results import _RUN
+
+    toy("v1")
+    cell = '```{code-cell} ipython3\n:tags: [parameters]\n\nscale = 2  # how much\n```\n\n'
+    (tmp_path / "notebooks" / "toy.md").write_text(HEADER + cell + CHAPTERS["v1"][len(HEADER):])
+    monkeypatch.setitem(_RUN, "parameters", {"profile": "reference", "scale": 2})
+    with pytest.raises(StaleStoreError, match="2 of the 2"):
+        sweep()  # the values as written: the book's runs, refused when missing
+    monkeypatch.setitem(_RUN, "parameters", {"profile": "reference", "scale": 3})
+    assert sweep() == [2, 4]  # -p scale 3: computed
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize("chapter", sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "notebooks").glob("*.md")))
+def test_every_chapter_as_written_is_the_book_run(chapter: str) -> None:
+    """The book build reads the store only when a chapter's parameters are its cell's values as written:
+    every chapter's own values must read as written, or its build would recompute instead."""
+    import jupytext
+
+    from posgeom_utils.repro.results import _plain
+    from posgeom_utils.repro.store import as_written
+
+    source = Path(__file__).resolve().parents[1] / "notebooks" / f"{chapter}.md"
+    cell = next(c for c in jupytext.read(source).cells if "parameters" in c.metadata.get("tags", []))
+    namespace: dict = {}
+    exec(cell.source, namespace)  # noqa: S102 - the chapter's own literal parameters cell
+    values = {k: _plain(v) for k, v in namespace.items() if not k.startswith("_")}
+    assert as_written(source, values)
+    changed = next(k for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool))
+    assert not as_written(source, {**values, changed: values[changed] + 1})

@@ -5,6 +5,8 @@ Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Any
 
 from ..scale.sweeps import _load, config_hash, run_sweep
 from .results import _RUN, CHECKPOINT_ENV, RESULTS_ENV
-from .sources import REPO_ROOT, code_hash
+from .sources import REPO_ROOT, code_hash, parse_code
 
 #: the committed store, one folder per chapter
 STORE = REPO_ROOT / "book" / "results" / "store"
@@ -21,6 +23,30 @@ STORE = REPO_ROOT / "book" / "results" / "store"
 class StaleStoreError(RuntimeError):
     """A memoised reference run is missing from the store or was computed by other
     code. Chapter: *Reproduction ledger*."""
+
+
+def as_written(source: Path, parameters: dict[str, Any]) -> bool:
+    """Whether ``parameters`` hold the literal values of the ``parameters`` cell of the
+    chapter ``source`` (papermill's ``-p`` changes them: a reader's own run, not the
+    book's). Chapter: *Reproduction ledger*."""
+    import jupytext
+
+    cells = [
+        c
+        for c in jupytext.read(source).cells
+        if c.cell_type == "code"
+        and "parameters" in c.get("metadata", {}).get("tags", [])
+    ]
+    for node in parse_code(cells[0].source).body if cells else []:
+        for target in node.targets if isinstance(node, ast.Assign) else []:
+            try:
+                value = ast.literal_eval(node.value)
+            except (ValueError, SyntaxError, TypeError):
+                continue  # not a literal: not compared
+            name = getattr(target, "id", None)
+            if name in parameters and json.dumps(value) != json.dumps(parameters[name]):
+                return False
+    return True
 
 
 def memoised_sweep(
@@ -37,7 +63,9 @@ def memoised_sweep(
     """:func:`~posgeom_utils.scale.sweeps.run_sweep` of ``fn`` over ``runs``, keyed also
     by ``code`` (default: the chapter's code hash) and the parameters; at the
     ``reference`` profile, outside ``posgeom run``, a run missing from the store raises
-    :class:`StaleStoreError` before anything trains. Chapter: *Reproduction ledger*."""
+    :class:`StaleStoreError` before anything trains; a reader's own parameters
+    (papermill ``-p``) compute their runs and never touch the store.
+    Chapter: *Reproduction ledger*."""
     source = REPO_ROOT / "notebooks" / f"{chapter}.md"
     if not source.is_file() and profile == "reference":
         raise FileNotFoundError(
@@ -50,7 +78,10 @@ def memoised_sweep(
     runs = [dict(run, code=code, parameters=parameters) for run in runs]
     root = os.environ.get(CHECKPOINT_ENV)
     directory = Path(root) / name if root else None
-    if profile == "reference":
+    book = profile == "reference" and (
+        not source.is_file() or as_written(source, parameters)
+    )
+    if book:  # the book's own runs: the committed store
         directory = STORE / chapter / name
         load = (_load(directory / f"{r['name']}.json", config_hash(r)) for r in runs)
         stale = [r["name"] for r, found in zip(runs, load) if found is None]
