@@ -49,7 +49,7 @@ def test_a_text_file_splits_at_newlines_only_in_every_command(tmp_path: Path):
     ("bad.jsonl", b'{"text": "fine"}\n{"text": oops}\n', ["bad.jsonl, line 2", "not JSON"]),
     ("field.jsonl", b'{"text": "fine"}\n{"body": "x"}\n', ["field.jsonl, line 2", "no field 'text'"]),
     ("plain.txt.gz", b"plain text, not gzip\n", ["plain.txt.gz", "BadGzipFile", "compressed"]),
-    ("cut.jsonl.gz", gzip.compress(b"".join(b'{"text": "text %d"}\n' % k for k in range(5000)))[:5000],
+    ("cut.jsonl.gz", gzip.compress(b"".join(b'{"text": "text %d"}\n' % k for k in range(5000)), mtime=0)[:5000],
      ["cut.jsonl.gz", "after line", "truncated"]),
     ("latin.txt", "caf\u00e9\n".encode("latin-1"), ["latin.txt", "UnicodeDecodeError", "UTF-8"]),
 ])
@@ -187,10 +187,10 @@ IMDB_ROWS = b"".join(b'{"text": "review %d", "label": %d}\n' % (k, k % 2) for k 
 
 
 @pytest.mark.parametrize("name, content, words", [
-    ("imdb cut", gzip.compress(IMDB_ROWS)[:3000], ["test.jsonl.gz, after line", "truncated"]),
-    ("imdb bad json", gzip.compress(b'{"text": "a", "label": 0}\n{"text": oops}\n'),
+    ("imdb cut", gzip.compress(IMDB_ROWS, mtime=0)[:3000], ["test.jsonl.gz, after line", "truncated"]),
+    ("imdb bad json", gzip.compress(b'{"text": "a", "label": 0}\n{"text": oops}\n', mtime=0),
      ["test.jsonl.gz, line 2", "not JSON", "'text' and 'label'"]),
-    ("imdb no label", gzip.compress(b'{"text": "a", "label": 0}\n{"text": "b"}\n'),
+    ("imdb no label", gzip.compress(b'{"text": "a", "label": 0}\n{"text": "b"}\n', mtime=0),
      ["test.jsonl.gz, line 2", "label None is not 0 or 1"]),
     ("imdb plain", b'{"text": "a", "label": 0}\n', ["test.jsonl.gz, after line 0", "BadGzipFile"]),
     ("sst2 label", b"sentence\tlabel\ngood film\t1\nbad film\tpositive\n",
