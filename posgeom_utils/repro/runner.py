@@ -5,7 +5,6 @@ Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import importlib.metadata
 import json
@@ -33,7 +32,7 @@ from .paths import place_problem
 from .profiles import PROFILES, SIZE_PARAMETERS
 from .reference import RESULTS_ROOT, read_run, stale_results  # noqa: F401 - API
 from .results import CHECKPOINT_ENV, RESULTS_ENV
-from .sources import REPO_ROOT, code_hash, parse_code
+from .sources import REPO_ROOT, code_hash, declared_parameters
 
 #: library versions recorded in the provenance (a missing one is recorded as null)
 LIBRARIES = tuple(
@@ -75,21 +74,6 @@ class RunSummary:
         counts += f"{len(self.failed)} failed in {sum(self.seconds.values()):.1f} s"
         why = f" (failed: {', '.join(self.failed)}; see <chapter>/failed.json)"
         return f"{counts}; results in {self.out}{why if self.failed else ''}"
-
-
-def _declared(nb: Any) -> dict[str, Any]:
-    """The literal defaults of the ``parameters`` cell (``...`` if not literal)."""
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    cells = [c for c in code if "parameters" in c.get("metadata", {}).get("tags", [])]
-    declared: dict[str, Any] = {}
-    for node in parse_code(cells[0].source).body if cells else []:
-        for target in node.targets if isinstance(node, ast.Assign) else []:
-            if isinstance(target, ast.Name):
-                try:
-                    declared[target.id] = ast.literal_eval(node.value)
-                except (ValueError, SyntaxError, TypeError):
-                    declared[target.id] = ...
-    return declared
 
 
 def requested_parameters(
@@ -240,7 +224,7 @@ def _plan(chapter: str, source_dir: Path, out: Path, options: dict) -> _Plan:
     source = source_dir / f"{chapter}.md"
     nb = jupytext.read(source)
     try:
-        declared = _declared(nb)
+        declared = declared_parameters(nb)
     except SyntaxError as exc:
         fix = f"fix {source} or leave the chapter out"
         message = f"{chapter}: its parameters cell is not valid Python ({exc}); {fix}"

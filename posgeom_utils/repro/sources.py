@@ -12,6 +12,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 #: the checkout (``notebooks/``, ``book/``, ``requirements.txt``) or site-packages
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +43,22 @@ def parse_code(source: str) -> ast.Module:
     lines = source.splitlines()
     keep = [line for line in lines if not line.lstrip().startswith(("%", "!"))]
     return _strip(ast.parse("\n".join(keep)))
+
+
+def declared_parameters(nb: Any) -> dict[str, Any]:
+    """The literal values of the ``parameters`` cell of the notebook ``nb`` (``...``
+    where not literal). Chapter: *Reproduction ledger*."""
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    cells = [c for c in code if "parameters" in c.get("metadata", {}).get("tags", [])]
+    declared: dict[str, Any] = {}
+    for node in parse_code(cells[0].source).body if cells else []:
+        for target in node.targets if isinstance(node, ast.Assign) else []:
+            if isinstance(target, ast.Name):
+                try:
+                    declared[target.id] = ast.literal_eval(node.value)
+                except (ValueError, SyntaxError, TypeError):
+                    declared[target.id] = ...
+    return declared
 
 
 def _is_definition(node: ast.stmt) -> bool:

@@ -5,7 +5,6 @@ Chapter: *Reproduction ledger*."""
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -14,7 +13,7 @@ from typing import Any
 
 from ..scale.sweeps import _load, config_hash, run_sweep
 from .results import _RUN, CHECKPOINT_ENV, RESULTS_ENV
-from .sources import REPO_ROOT, code_hash, parse_code
+from .sources import REPO_ROOT, code_hash, declared_parameters
 
 #: the committed store, one folder per chapter
 STORE = REPO_ROOT / "book" / "results" / "store"
@@ -31,22 +30,12 @@ def as_written(source: Path, parameters: dict[str, Any]) -> bool:
     book's). Chapter: *Reproduction ledger*."""
     import jupytext
 
-    cells = [
-        c
-        for c in jupytext.read(source).cells
-        if c.cell_type == "code"
-        and "parameters" in c.get("metadata", {}).get("tags", [])
-    ]
-    for node in parse_code(cells[0].source).body if cells else []:
-        for target in node.targets if isinstance(node, ast.Assign) else []:
-            try:
-                value = ast.literal_eval(node.value)
-            except (ValueError, SyntaxError, TypeError):
-                continue  # not a literal: not compared
-            name = getattr(target, "id", None)
-            if name in parameters and json.dumps(value) != json.dumps(parameters[name]):
-                return False
-    return True
+    declared = declared_parameters(jupytext.read(source)).items()
+    return all(
+        json.dumps(value) == json.dumps(parameters[name])
+        for name, value in declared
+        if value is not ... and name in parameters
+    )
 
 
 def memoised_sweep(
